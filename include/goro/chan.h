@@ -1,0 +1,159 @@
+// goro/chan.h: channels (Go's chan T) and Select.
+//
+// A Chan<T> is a handle: copies refer to the same channel, which lives until
+// the last handle is gone. Semantics are Go's:
+//   - capacity 0 is unbuffered: a send completes when a receiver takes it;
+//   - Recv on a closed channel returns the buffered values, then nullopt;
+//   - Send on a closed channel, Close of a closed channel and Close of a nil
+//     channel are fatal errors naming the goroutine;
+//   - Send and Recv on a nil channel (Chan<T>(nullptr)) block forever.
+// Channels may be used from goroutines and from plain threads alike.
+#ifndef GORO_CHAN_H_
+#define GORO_CHAN_H_
+
+#include <cstddef>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace goro {
+
+namespace internal {
+
+// How the type-erased channel core moves elements of one type.
+struct ElemOps {
+  void (*to_raw)(void* raw, void* src);  // move-construct a T at raw from *src
+  void (*to_opt)(void* opt, void* src);  // emplace *src into a std::optional<T>
+  void (*destroy)(void* raw);            // destroy the T at raw
+  size_t size;
+  size_t align;
+};
+
+template <typename T>
+inline constexpr ElemOps kElemOps = {
+    [](void* raw, void* src) { ::new (raw) T(std::move(*static_cast<T*>(src))); },
+    [](void* opt, void* src) {
+      static_cast<std::optional<T>*>(opt)->emplace(std::move(*static_cast<T*>(src)));
+    },
+    [](void* raw) { static_cast<T*>(raw)->~T(); },
+    sizeof(T),
+    alignof(T),
+};
+
+class ChanCore;  // core/chan.cc
+ChanCore* NewChanCore(size_t cap, const ElemOps* ops);
+void DeleteChanCore(ChanCore* c);
+// `elem` points to a T that is moved from once the send happens.
+void ChanSend(ChanCore* c, void* elem);
+// `out` points to an empty std::optional<T>; it stays empty if the channel is
+// closed and drained.
+void ChanRecv(ChanCore* c, void* out);
+void ChanClose(ChanCore* c);
+size_t ChanLen(const ChanCore* c);
+size_t ChanCap(const ChanCore* c);
+
+enum class CaseDir { kSend, kRecv, kDefault };
+struct SelectCaseRep {
+  ChanCore* chan;  // nullptr: a nil channel, never ready
+  CaseDir dir;
+  void* elem;      // kSend: T*; kRecv: std::optional<T>*
+};
+// Returns the index of the case that proceeded.
+int SelectImpl(SelectCaseRep* cases, int n);
+
+}  // namespace internal
+
+template <typename T>
+class Chan {
+  static_assert(std::is_move_constructible_v<T>, "channel elements must be movable");
+
+ public:
+  // A channel with room for `cap` buffered values; 0 makes it unbuffered.
+  explicit Chan(size_t cap = 0)
+      : core_(internal::NewChanCore(cap, &internal::kElemOps<T>), &internal::DeleteChanCore) {}
+  // The nil channel: Send and Recv block forever, Close is a fatal error.
+  explicit Chan(std::nullptr_t) {}
+
+  // Blocks until a receiver takes `v` or there is room in the buffer.
+  void Send(T v) { internal::ChanSend(core_.get(), &v); }
+  // Blocks until a value is available; nullopt once the channel is closed and
+  // every buffered value has been received.
+  std::optional<T> Recv() {
+    std::optional<T> out;
+    internal::ChanRecv(core_.get(), &out);
+    return out;
+  }
+  // No more sends; waiting receivers get nullopt after the buffer drains.
+  void Close() { internal::ChanClose(core_.get()); }
+
+  size_t size() const { return core_ ? internal::ChanLen(core_.get()) : 0; }
+  size_t capacity() const { return core_ ? internal::ChanCap(core_.get()) : 0; }
+  bool is_nil() const { return core_ == nullptr; }
+  internal::ChanCore* core() const { return core_.get(); }
+
+  // Range-style iteration, like Go's `for v := range ch`: receives until the
+  // channel is closed and drained.
+  class iterator {
+   public:
+    using value_type = T;
+    using difference_type = std::ptrdiff_t;
+    using iterator_category = std::input_iterator_tag;
+    iterator() = default;
+    explicit iterator(Chan* c) : chan_(c) { ++*this; }
+    T& operator*() { return *value_; }
+    iterator& operator++() {
+      value_ = chan_->Recv();
+      if (!value_) chan_ = nullptr;
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return chan_ == o.chan_; }
+
+   private:
+    Chan* chan_ = nullptr;
+    std::optional<T> value_;
+  };
+  iterator begin() { return iterator(this); }
+  iterator end() { return iterator(); }
+
+  friend bool operator==(const Chan& a, const Chan& b) { return a.core_ == b.core_; }
+
+ private:
+  std::shared_ptr<internal::ChanCore> core_;
+};
+
+// A case of Select: make one with OnSend, OnRecv or OnDefault.
+struct SelectCase {
+  internal::SelectCaseRep rep;
+};
+
+// Sends `*v` on `c` if this case is chosen (then *v is moved from).
+template <typename T>
+SelectCase OnSend(Chan<T>& c, T* v) {
+  return {{c.core(), internal::CaseDir::kSend, v}};
+}
+// Receives into `*out` if this case is chosen: a value, or nullopt if `c` is
+// closed and drained.
+template <typename T>
+SelectCase OnRecv(Chan<T>& c, std::optional<T>* out) {
+  out->reset();
+  return {{c.core(), internal::CaseDir::kRecv, out}};
+}
+// Chosen when no other case can proceed at once; makes Select non-blocking.
+inline SelectCase OnDefault() { return {{nullptr, internal::CaseDir::kDefault, nullptr}}; }
+
+// Go's select: blocks until one case can proceed, chooses uniformly at random
+// among the cases that can, performs it and returns its index (0-based, in
+// argument order). With an OnDefault case it never blocks. A Select with no
+// cases, or only nil channels and no default, blocks forever.
+template <typename... Cases>
+int Select(Cases... cases) {
+  internal::SelectCaseRep reps[] = {cases.rep..., {nullptr, internal::CaseDir::kDefault, nullptr}};
+  return internal::SelectImpl(reps, static_cast<int>(sizeof...(Cases)));
+}
+
+}  // namespace goro
+
+#endif  // GORO_CHAN_H_

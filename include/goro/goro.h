@@ -1,0 +1,10 @@
+// goro/goro.h: the whole public API of goro.
+#ifndef GORO_GORO_H_
+#define GORO_GORO_H_
+
+#include "goro/chan.h"
+#include "goro/runtime.h"
+#include "goro/sync.h"
+#include "goro/timer.h"
+
+#endif  // GORO_GORO_H_

@@ -1,0 +1,78 @@
+// goro/runtime.h: starting the runtime, spawning goroutines, and scheduling
+// calls that act on the current goroutine.
+#ifndef GORO_RUNTIME_H_
+#define GORO_RUNTIME_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/time/time.h"
+
+namespace goro {
+
+// Tunables of the runtime. They are read once, by the call that starts the
+// runtime (the first Run, or the first Go when no Run came before); later calls
+// cannot change them. The environment (GOROMAXPROCS, GORODEBUG) is read at the
+// same moment; see docs/environment.md.
+struct Options {
+  // Number of logical processors (Ps): how many goroutines run in parallel.
+  // 0 means $GOROMAXPROCS when set and valid, else the hardware concurrency.
+  int max_procs = 0;
+  // How long a goroutine may run before it is asked to yield.
+  // GORODEBUG=timeslice=DURATION overrides it.
+  absl::Duration time_slice = absl::Milliseconds(10);
+  // Whether a goroutine that never reaches a safe point is interrupted by a
+  // signal. GORODEBUG=asyncpreemptoff=1 turns it off.
+  bool async_preemption = true;
+  // Address space reserved for each goroutine's stack. Pages are committed as
+  // they are touched; a guard page below the stack catches overflow.
+  size_t stack_size = size_t{1} << 20;
+};
+
+// Starts the runtime on first use, runs `fn` as a goroutine and blocks the
+// caller until `fn` returns. May be called from any thread, including from a
+// goroutine (then only the calling goroutine blocks), and more than once.
+// While a thread waits here and every goroutine is blocked with nothing that
+// could wake one, the process ends with
+// "fatal error: all goroutines are asleep - deadlock!".
+void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
+
+// Starts `fn` as a new goroutine and returns at once. Callable from a goroutine
+// or from any thread; starts the runtime with default Options if needed.
+// An exception escaping `fn` is a fatal error naming the goroutine.
+void Go(absl::AnyInvocable<void() &&> fn);
+
+// Puts the calling goroutine at the back of its processor's run queue and runs
+// another one (Go's runtime.Gosched). Off a goroutine: sched_yield().
+void Yield();
+
+// Blocks the calling goroutine (or thread) for at least `d`.
+void SleepFor(absl::Duration d);
+// Blocks the calling goroutine (or thread) until at least `t`.
+void SleepUntil(absl::Time t);
+
+// A safe point: if the runtime asked this goroutine to yield (its time slice
+// is over), yields now. Cheap when nothing is pending: a load and a compare.
+void Checkpoint();
+
+// The id of the calling goroutine (1, 2, ...), or 0 when called off a goroutine.
+int64_t GoroutineId();
+
+// Process-wide counters since the runtime started.
+struct Stats {
+  uint64_t goroutines_created = 0;
+  int64_t goroutines_live = 0;
+  uint64_t async_preemptions = 0;        // signal-driven preemptions that took effect
+  uint64_t cooperative_preemptions = 0;  // requests honoured at a safe point
+  uint64_t preempt_signals_sent = 0;
+  uint64_t steals = 0;    // successful steals of goroutines from another P
+  uint64_t handoffs = 0;  // Ps handed from a blocked M to another M
+  int procs = 0;          // number of Ps (0 before the runtime starts)
+  int threads = 0;        // number of Ms (OS threads) created
+};
+Stats GetStats();
+
+}  // namespace goro
+
+#endif  // GORO_RUNTIME_H_

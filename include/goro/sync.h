@@ -1,0 +1,93 @@
+// goro/sync.h: WaitGroup, Mutex and CondVar for goroutines.
+//
+// All three block only the calling goroutine, never its thread, when called on a
+// goroutine; called from a plain thread they block that thread. They may be
+// shared freely between goroutines and plain threads. None of them may be
+// copied or moved while in use.
+#ifndef GORO_SYNC_H_
+#define GORO_SYNC_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace goro {
+
+class Mutex;
+
+// Waits for a collection of goroutines to finish (Go's sync.WaitGroup).
+// Add(n) before starting the work, Done() when each part finishes, Wait()
+// blocks until the counter is zero. A negative counter is a fatal error.
+class WaitGroup {
+ public:
+  WaitGroup() = default;
+  WaitGroup(const WaitGroup&) = delete;
+  WaitGroup& operator=(const WaitGroup&) = delete;
+
+  void Add(int64_t n);
+  void Done() { Add(-1); }
+  void Wait();
+
+ private:
+  // High 32 bits: the counter. Low 32 bits: the number of waiters.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<uint32_t> sema_{0};
+};
+
+// A mutual-exclusion lock (Go's sync.Mutex), with Go's starvation mode: a
+// waiter blocked for more than 1 ms switches the mutex to FIFO hand-off until
+// the queue drains. Not recursive. Unlocking an unlocked Mutex is a fatal error.
+// The lower-case names let std::lock_guard and std::unique_lock use it.
+class Mutex {
+ public:
+  Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void Lock();
+  void Unlock();
+  bool TryLock();
+
+  void lock() { Lock(); }
+  void unlock() { Unlock(); }
+  bool try_lock() { return TryLock(); }
+
+ private:
+  void LockSlow();
+  void UnlockSlow(int32_t state);
+
+  // Bit 0: locked. Bit 1: a woken waiter is competing. Bit 2: starvation mode.
+  // Bits 3..31: number of waiters blocked on sema_.
+  std::atomic<int32_t> state_{0};
+  std::atomic<uint32_t> sema_{0};
+};
+
+// A condition variable (Go's sync.Cond with the mutex passed to Wait).
+// Wait and WaitFor must be called with `mu` held; they release it while
+// blocked and hold it again when they return. Signal wakes the longest waiter.
+class CondVar {
+ public:
+  CondVar() = default;
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
+
+  void Wait(Mutex& mu);
+  // Returns true when woken by Signal/SignalAll, false when `d` passed first.
+  bool WaitFor(Mutex& mu, absl::Duration d);
+  void Signal();
+  void SignalAll();
+
+  struct Waiter;  // defined in core/sync.cc
+
+ private:
+  bool WaitUntilNanos(Mutex& mu, int64_t deadline_ns);
+
+  std::atomic<uint32_t> lock_{0};
+  Waiter* head_ = nullptr;  // guarded by lock_
+  Waiter* tail_ = nullptr;  // guarded by lock_
+};
+
+}  // namespace goro
+
+#endif  // GORO_SYNC_H_
