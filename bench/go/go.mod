@@ -1,0 +1,3 @@
+module goro.local/bench/go
+
+go 1.19

@@ -1,0 +1,369 @@
+// Command gobench runs goro's benchmark workloads on Go's own runtime, so that
+// bench/compare.sh can put the two side by side. It uses the standard library
+// only.
+//
+//	gobench -procs=N [-benchtime=300ms] [-filter=REGEXP]   micro-benchmarks
+//	gobench -procs=N -rss [-n=1000000]                      memory per parked goroutine
+//
+// Every result is one JSON object per line on stdout:
+//
+//	{"impl":"go","name":"yield","procs":1,"value":84.2,"unit":"ns/yield","iters":...}
+//
+// The workloads mirror bench/goro_bench.cc and bench/goro_rss.cc one for one;
+// when you change one side, change the other.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Batch sizes shared with goro_bench.cc.
+const (
+	spawnBatch      = 10000 // goroutines spawned (and joined) per iteration
+	mutexWorkers    = 4     // goroutines contending for the mutex
+	mutexOpsPerGo   = 2500  // lock/unlock pairs per worker per iteration
+	fibN            = 27
+	fibWant         = 196418
+	bufferedChanCap = 128
+)
+
+type result struct {
+	Impl  string  `json:"impl"`
+	Name  string  `json:"name"`
+	Procs int     `json:"procs"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	Iters int     `json:"iters,omitempty"`
+	Extra string  `json:"extra,omitempty"`
+}
+
+func emit(r result) {
+	r.Impl = "go"
+	b, err := json.Marshal(r)
+	if err != nil {
+		fatalf("json: %v", err)
+	}
+	fmt.Println(string(b))
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "gobench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// A workload: its name, the procs counts it is meant for, how many operations
+// one b.N iteration performs, the unit of the reported figure, and the scale
+// from ns/op to that unit.
+type workload struct {
+	name       string
+	procs      []int
+	opsPerIter float64
+	unit       string
+	scale      float64 // reported value = ns per op * scale
+	fn         func(b *testing.B)
+}
+
+var workloads = []workload{
+	{"spawn_complete", []int{1, 2}, spawnBatch, "ns/goroutine", 1, benchSpawn},
+	{"yield", []int{1}, 2, "ns/yield", 1, benchYield},
+	{"chan_unbuffered_pingpong", []int{1}, 1, "ns/roundtrip", 1, benchPingPong},
+	{"chan_buffered128", []int{1, 2}, 1, "ns/element", 1, benchBuffered},
+	{"mutex_contended4", []int{2}, mutexWorkers * mutexOpsPerGo, "ns/lock+unlock", 1, benchMutex},
+	{"waitgroup_add_done_wait", []int{1, 2}, 1, "ns/op", 1, benchWaitGroup},
+	{"fib27_goroutines", []int{1, 2}, 1, "ms/run", 1e-6, benchFib},
+}
+
+// spawn_complete: start spawnBatch goroutines that only call wg.Done, then
+// wait for all of them.
+func benchSpawn(b *testing.B) {
+	var wg sync.WaitGroup
+	for i := 0; i < b.N; i++ {
+		wg.Add(spawnBatch)
+		for j := 0; j < spawnBatch; j++ {
+			go func() { wg.Done() }()
+		}
+		wg.Wait()
+	}
+}
+
+// yield: this goroutine and a partner both call runtime.Gosched in a loop on
+// one P; each iteration is two Gosched calls (ours and the partner's).
+func benchYield(b *testing.B) {
+	var stop atomic.Bool
+	var done sync.WaitGroup
+	done.Add(1)
+	go func() {
+		for !stop.Load() {
+			runtime.Gosched()
+		}
+		done.Done()
+	}()
+	runtime.Gosched() // let the partner reach its loop
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runtime.Gosched()
+	}
+	b.StopTimer()
+	stop.Store(true)
+	done.Wait()
+}
+
+// chan_unbuffered_pingpong: one round trip per iteration over two unbuffered
+// channels.
+func benchPingPong(b *testing.B) {
+	ping, pong := make(chan int), make(chan int)
+	var done sync.WaitGroup
+	done.Add(1)
+	go func() {
+		for v := range ping {
+			pong <- v + 1
+		}
+		done.Done()
+	}()
+	b.ResetTimer()
+	x := 0
+	for i := 0; i < b.N; i++ {
+		ping <- x
+		x = <-pong
+	}
+	b.StopTimer()
+	close(ping)
+	done.Wait()
+	if x != b.N {
+		fatalf("pingpong: got %d round trips, want %d", x, b.N)
+	}
+}
+
+// chan_buffered128: a producer goroutine sends b.N values through a channel
+// with room for 128; this goroutine receives them.
+func benchBuffered(b *testing.B) {
+	ch := make(chan int64, bufferedChanCap)
+	n := b.N
+	go func() {
+		for i := 0; i < n; i++ {
+			ch <- int64(i)
+		}
+		close(ch)
+	}()
+	b.ResetTimer()
+	var sum int64
+	for i := 0; i < n; i++ {
+		sum += <-ch
+	}
+	b.StopTimer()
+	if _, ok := <-ch; ok {
+		fatalf("buffered: channel not drained")
+	}
+	if want := int64(n) * int64(n-1) / 2; sum != want {
+		fatalf("buffered: sum %d, want %d", sum, want)
+	}
+}
+
+// mutex_contended4: mutexWorkers goroutines each increment a shared counter
+// mutexOpsPerGo times under one sync.Mutex.
+func benchMutex(b *testing.B) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	counter := 0
+	for i := 0; i < b.N; i++ {
+		wg.Add(mutexWorkers)
+		for w := 0; w < mutexWorkers; w++ {
+			go func() {
+				for k := 0; k < mutexOpsPerGo; k++ {
+					mu.Lock()
+					counter++
+					mu.Unlock()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	if want := b.N * mutexWorkers * mutexOpsPerGo; counter != want {
+		fatalf("mutex: counter %d, want %d", counter, want)
+	}
+}
+
+// waitgroup_add_done_wait: Add(1), Done(), Wait() on one goroutine; Wait never
+// blocks, so this is the cost of the three calls.
+func benchWaitGroup(b *testing.B) {
+	var wg sync.WaitGroup
+	for i := 0; i < b.N; i++ {
+		wg.Add(1)
+		wg.Done()
+		wg.Wait()
+	}
+}
+
+// fib spawns a goroutine for each of fib(n-1) and fib(n-2) and joins them with
+// a WaitGroup.
+func fib(n int) int64 {
+	if n < 2 {
+		return int64(n)
+	}
+	var a, c int64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { a = fib(n - 1); wg.Done() }()
+	go func() { c = fib(n - 2); wg.Done() }()
+	wg.Wait()
+	return a + c
+}
+
+var fibSink int64
+
+func benchFib(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		v := fib(fibN)
+		if v != fibWant {
+			fatalf("fib(%d) = %d, want %d", fibN, v, fibWant)
+		}
+		fibSink += v
+	}
+}
+
+// ---- RSS per parked goroutine ----
+
+const pageKiB = 4
+
+// statusKiB returns a "Vm...:  N kB" field of /proc/self/status.
+func statusKiB(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		fatalf("read /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, field+":") {
+			f := strings.Fields(line[len(field)+1:])
+			if len(f) >= 1 {
+				v, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return v
+				}
+			}
+		}
+	}
+	fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// rssKiB reads the resident set size from /proc/self/statm (second field, in
+// pages).
+func rssKiB() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		fatalf("read /proc/self/statm: %v", err)
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		fatalf("bad /proc/self/statm: %q", data)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		fatalf("bad /proc/self/statm: %q", data)
+	}
+	return pages * int64(os.Getpagesize()) / 1024
+}
+
+// waitCount polls until *c reaches want, or fails after the deadline.
+func waitCount(c *atomic.Int64, want int64, what string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for c.Load() < want {
+		if time.Now().After(deadline) {
+			fatalf("rss: timed out after %v waiting for %s: %d of %d", limit, what, c.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func runRSS(procs, n int) {
+	runtime.GC()
+	before := rssKiB()
+	pteBefore := statusKiB("VmPTE")
+	ch := make(chan int) // never sent to; closed at the end
+	var started, finished atomic.Int64
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		go func() {
+			started.Add(1)
+			<-ch
+			finished.Add(1)
+		}()
+	}
+	spawned := rssKiB()
+	waitCount(&started, int64(n), "goroutines to start", 120*time.Second)
+	// Each goroutine counts itself just before it blocks; give the last ones
+	// time to reach the receive.
+	time.Sleep(200 * time.Millisecond)
+	parkedAt := time.Since(t0)
+	parked := rssKiB()
+	pteParked := statusKiB("VmPTE")
+	close(ch)
+	waitCount(&finished, int64(n), "goroutines to finish", 120*time.Second)
+	after := rssKiB()
+	perG := float64(parked-before) / float64(n)
+	emit(result{
+		Name: "rss_per_parked_goroutine", Procs: procs, Value: perG, Unit: "KiB/goroutine", Iters: n,
+		Extra: fmt.Sprintf("rss_kib before=%d spawned=%d parked=%d released=%d; page_tables_kib before=%d parked=%d (%.2f KiB/goroutine, not in RSS); spawn+park %v",
+			before, spawned, parked, after, pteBefore, pteParked,
+			float64(pteParked-pteBefore)/float64(n), parkedAt.Round(time.Millisecond)),
+	})
+}
+
+func main() {
+	testing.Init()
+	procs := flag.Int("procs", 0, "GOMAXPROCS for this run (required)")
+	benchtime := flag.String("benchtime", "300ms", "minimum time per benchmark")
+	filter := flag.String("filter", ".", "regexp selecting workloads by name")
+	all := flag.Bool("all", false, "run every workload at this procs count, not only the ones it is meant for")
+	rss := flag.Bool("rss", false, "measure RSS per parked goroutine instead of the micro-benchmarks")
+	n := flag.Int("n", 1000000, "goroutines to park for -rss")
+	flag.Parse()
+	if *procs <= 0 {
+		fatalf("-procs=N is required (N >= 1)")
+	}
+	runtime.GOMAXPROCS(*procs)
+	if *rss {
+		runRSS(*procs, *n)
+		return
+	}
+	if err := flag.Set("test.benchtime", *benchtime); err != nil {
+		fatalf("bad -benchtime: %v", err)
+	}
+	re, err := regexp.Compile(*filter)
+	if err != nil {
+		fatalf("bad -filter: %v", err)
+	}
+	for _, w := range workloads {
+		if !re.MatchString(w.name) || (!*all && !contains(w.procs, *procs)) {
+			continue
+		}
+		r := testing.Benchmark(w.fn)
+		if r.N == 0 {
+			fatalf("%s: benchmark did not run", w.name)
+		}
+		nsPerOp := float64(r.T.Nanoseconds()) / float64(r.N) / w.opsPerIter
+		emit(result{Name: w.name, Procs: *procs, Value: nsPerOp * w.scale, Unit: w.unit, Iters: r.N})
+	}
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
