@@ -81,6 +81,7 @@ class CondVar {
   struct Waiter;  // defined in core/sync.cc
 
  private:
+  friend struct CondVarAccess;
   bool WaitUntilNanos(Mutex& mu, int64_t deadline_ns);
 
   std::atomic<uint32_t> lock_{0};

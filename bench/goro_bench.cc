@@ -1,0 +1,338 @@
+// goro_bench: micro-benchmarks of goro's scheduler, channels and sync
+// primitives, the C++ half of the comparison with Go (bench/go is the other).
+//
+//   goro_bench --procs=N [--all] [--jsonl] [--watchdog=SECONDS] [benchmark flags]
+//
+// The runtime takes its Options only once, from the Run that starts it, so
+// one process measures one procs count: --procs=N (else $GOROMAXPROCS, else
+// the hardware concurrency). Each workload is registered only for the procs
+// counts it is meant for (--all registers every workload); the name carries
+// the count, e.g. "spawn_complete/procs:2". bench/compare.sh runs the binary
+// once per procs value.
+//
+// Every benchmark body runs inside goro::Run, on a goroutine: the
+// `for (auto _ : state)` loop itself is goroutine code, so timing starts and
+// stops on the goroutine. The goroutine may move between threads, so times
+// are wall-clock (UseRealTime) and CPU time is the whole process's.
+//
+// Each workload reports one figure per operation (ns per goroutine, per
+// Yield, per round trip, ...). With --jsonl they are printed to stdout as JSON
+// lines (the format of bench/go), and the usual console table goes to stderr.
+//
+// Keep the workloads identical to bench/go/main.go.
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/bench_common.h"
+#include "goro/goro.h"
+
+namespace goro_bench {
+namespace {
+
+// Batch sizes shared with bench/go/main.go.
+constexpr int kSpawnBatch = 10000;   // goroutines spawned (and joined) per iteration
+constexpr int kMutexWorkers = 4;     // goroutines contending for the mutex
+constexpr int kMutexOpsPerGo = 2500; // lock/unlock pairs per worker per iteration
+constexpr int kFibN = 27;
+constexpr int64_t kFibWant = 196418;
+constexpr size_t kBufferedChanCap = 128;
+
+int g_procs = 0;
+
+goro::Options RuntimeOptions() {
+  goro::Options opts;
+  opts.max_procs = g_procs;
+  return opts;
+}
+
+// Runs `body` as a goroutine (goro::Run) under the watchdog.
+void InGoroutine(const char* name, absl::AnyInvocable<void() &&> body) {
+  Watchdog::Arm(name);
+  goro::Run(std::move(body), RuntimeOptions());
+  Watchdog::Disarm();
+}
+
+// Marks the run failed: a wrong result means a broken runtime, and its time
+// must not be reported as if it were fine.
+void Fail(benchmark::State& state, const std::string& msg) {
+  std::fprintf(stderr, "goro_bench: %s\n", msg.c_str());
+  state.SkipWithError(msg.c_str());
+}
+
+// spawn_complete: start kSpawnBatch goroutines that only call wg.Done, then
+// wait for all of them. Reported per goroutine.
+void BM_SpawnComplete(benchmark::State& state) {
+  InGoroutine("spawn_complete", [&state] {
+    goro::WaitGroup wg;
+    for (auto _ : state) {
+      wg.Add(kSpawnBatch);
+      for (int j = 0; j < kSpawnBatch; ++j) {
+        goro::Go([&wg] { wg.Done(); });
+      }
+      wg.Wait();
+    }
+  });
+}
+
+// yield: this goroutine and a partner both call goro::Yield in a loop on one
+// P; one iteration is two Yields (ours and the partner's). Reported per Yield.
+void BM_Yield(benchmark::State& state) {
+  InGoroutine("yield", [&state] {
+    std::atomic<bool> stop{false};
+    goro::WaitGroup done;
+    done.Add(1);
+    goro::Go([&] {
+      while (!stop.load(std::memory_order_relaxed)) goro::Yield();
+      done.Done();
+    });
+    goro::Yield();  // let the partner reach its loop
+    for (auto _ : state) {
+      goro::Yield();
+    }
+    stop.store(true, std::memory_order_relaxed);
+    done.Wait();
+  });
+}
+
+// chan_unbuffered_pingpong: one round trip per iteration over two unbuffered
+// channels.
+void BM_ChanUnbufferedPingPong(benchmark::State& state) {
+  InGoroutine("chan_unbuffered_pingpong", [&state] {
+    goro::Chan<int64_t> ping, pong;
+    goro::WaitGroup done;
+    done.Add(1);
+    goro::Go([&] {
+      while (std::optional<int64_t> v = ping.Recv()) pong.Send(*v + 1);
+      done.Done();
+    });
+    int64_t x = 0;
+    for (auto _ : state) {
+      ping.Send(x);
+      x = pong.Recv().value_or(-1);
+    }
+    ping.Close();
+    done.Wait();
+    benchmark::DoNotOptimize(x);
+    if (x != static_cast<int64_t>(state.iterations())) {
+      Fail(state, absl::StrFormat("pingpong: %d round trips counted, want %d", x,
+                                  static_cast<int64_t>(state.iterations())));
+    }
+  });
+}
+
+// chan_buffered128: a producer goroutine sends max_iterations values through a
+// channel with room for 128; this goroutine receives them. Per element.
+void BM_ChanBuffered128(benchmark::State& state) {
+  InGoroutine("chan_buffered128", [&state] {
+    goro::Chan<int64_t> ch(kBufferedChanCap);
+    const int64_t n = static_cast<int64_t>(state.max_iterations);
+    goro::Go([ch, n]() mutable {
+      for (int64_t i = 0; i < n; ++i) ch.Send(i);
+      ch.Close();
+    });
+    int64_t sum = 0;
+    for (auto _ : state) {
+      sum += ch.Recv().value_or(0);
+    }
+    benchmark::DoNotOptimize(sum);
+    if (ch.Recv().has_value()) {
+      Fail(state, "buffered: channel not drained");
+    } else if (sum != n * (n - 1) / 2) {
+      Fail(state, absl::StrFormat("buffered: sum %d, want %d", sum, n * (n - 1) / 2));
+    }
+  });
+}
+
+// mutex_contended4: kMutexWorkers goroutines each increment a shared counter
+// kMutexOpsPerGo times under one goro::Mutex. Per lock/unlock pair.
+void BM_MutexContended4(benchmark::State& state) {
+  InGoroutine("mutex_contended4", [&state] {
+    goro::Mutex mu;
+    goro::WaitGroup wg;
+    int64_t counter = 0;
+    for (auto _ : state) {
+      wg.Add(kMutexWorkers);
+      for (int w = 0; w < kMutexWorkers; ++w) {
+        goro::Go([&] {
+          for (int k = 0; k < kMutexOpsPerGo; ++k) {
+            mu.Lock();
+            ++counter;
+            mu.Unlock();
+          }
+          wg.Done();
+        });
+      }
+      wg.Wait();
+    }
+    benchmark::DoNotOptimize(counter);
+    const int64_t want =
+        static_cast<int64_t>(state.iterations()) * kMutexWorkers * kMutexOpsPerGo;
+    if (counter != want) {
+      Fail(state, absl::StrFormat("mutex: counter %d, want %d", counter, want));
+    }
+  });
+}
+
+// waitgroup_add_done_wait: Add(1), Done(), Wait() on one goroutine; Wait never
+// blocks, so this is the cost of the three calls.
+void BM_WaitGroupAddDoneWait(benchmark::State& state) {
+  InGoroutine("waitgroup_add_done_wait", [&state] {
+    goro::WaitGroup wg;
+    for (auto _ : state) {
+      wg.Add(1);
+      wg.Done();
+      wg.Wait();
+    }
+  });
+}
+
+// fib spawns a goroutine for each of fib(n-1) and fib(n-2) and joins them with
+// a WaitGroup.
+int64_t Fib(int n) {
+  if (n < 2) return n;
+  int64_t a = 0, b = 0;
+  goro::WaitGroup wg;
+  wg.Add(2);
+  goro::Go([&] {
+    a = Fib(n - 1);
+    wg.Done();
+  });
+  goro::Go([&] {
+    b = Fib(n - 2);
+    wg.Done();
+  });
+  wg.Wait();
+  return a + b;
+}
+
+// fib27_goroutines: one fib(27) per iteration (about 636,000 goroutines).
+void BM_Fib27(benchmark::State& state) {
+  InGoroutine("fib27_goroutines", [&state] {
+    for (auto _ : state) {
+      const int64_t v = Fib(kFibN);
+      benchmark::DoNotOptimize(v);
+      if (v != kFibWant) {
+        Fail(state, absl::StrFormat("fib(%d) = %d, want %d", kFibN, v, kFibWant));
+        break;
+      }
+    }
+  });
+}
+
+struct Workload {
+  const char* name;
+  std::vector<int> procs;  // the procs counts it is meant for
+  double ops_per_iter;     // operations in one benchmark iteration
+  const char* unit;        // of the reported figure
+  double scale;            // reported value = seconds per op * scale
+  void (*fn)(benchmark::State&);
+};
+
+const std::vector<Workload>& Workloads() {
+  static const std::vector<Workload> w = {
+      {"spawn_complete", {1, 2}, kSpawnBatch, "ns/goroutine", 1e9, BM_SpawnComplete},
+      {"yield", {1}, 2, "ns/yield", 1e9, BM_Yield},
+      {"chan_unbuffered_pingpong", {1}, 1, "ns/roundtrip", 1e9, BM_ChanUnbufferedPingPong},
+      {"chan_buffered128", {1, 2}, 1, "ns/element", 1e9, BM_ChanBuffered128},
+      {"mutex_contended4", {2}, kMutexWorkers * kMutexOpsPerGo, "ns/lock+unlock", 1e9,
+       BM_MutexContended4},
+      {"waitgroup_add_done_wait", {1, 2}, 1, "ns/op", 1e9, BM_WaitGroupAddDoneWait},
+      {"fib27_goroutines", {1, 2}, 1, "ms/run", 1e3, BM_Fib27},
+  };
+  return w;
+}
+
+// The console table on stderr, plus one JSON line per run on stdout.
+class JsonLinesReporter : public benchmark::ConsoleReporter {
+ public:
+  JsonLinesReporter() : ConsoleReporter(OO_Tabular) { SetOutputStream(&std::cerr); }
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration) continue;
+      const std::string family = run.run_name.function_name;
+      const Workload* w = Find(family);
+      Result r;
+      r.name = w != nullptr ? w->name : family;
+      r.procs = g_procs;
+      r.iters = static_cast<int64_t>(run.iterations);
+      if (run.error_occurred) {
+        r.error = run.error_message;
+      } else if (w != nullptr && run.iterations > 0) {
+        const double per_op = run.real_accumulated_time /
+                              static_cast<double>(run.iterations) / w->ops_per_iter;
+        const double cpu_per_op = run.cpu_accumulated_time /
+                                  static_cast<double>(run.iterations) / w->ops_per_iter;
+        r.value = per_op * w->scale;
+        r.unit = w->unit;
+        r.extra = absl::StrFormat("process CPU %.4g %s", cpu_per_op * w->scale, w->unit);
+      }
+      Emit(r);
+    }
+  }
+
+ private:
+  static const Workload* Find(const std::string& family) {
+    for (const Workload& w : Workloads()) {
+      if (family == absl::StrFormat("%s/procs:%d", w.name, g_procs)) return &w;
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace
+}  // namespace goro_bench
+
+int main(int argc, char** argv) {
+  using namespace goro_bench;
+  g_procs = ChooseProcs(TakeFlag(&argc, argv, "procs"), "goro_bench");
+  const bool all = TakeBoolFlag(&argc, argv, "all");
+  const bool jsonl = TakeBoolFlag(&argc, argv, "jsonl");
+  double watchdog_s = 120;
+  if (std::string v = TakeFlag(&argc, argv, "watchdog"); !v.empty()) {
+    if (!absl::SimpleAtod(v, &watchdog_s) || watchdog_s <= 0) {
+      Die("goro_bench: bad --watchdog=" + v + " (want seconds > 0)");
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+  // Start the runtime once, with our procs count, before any benchmark.
+  Watchdog::Start(watchdog_s);
+  Watchdog::Arm("runtime start-up");
+  goro::Run([] {}, RuntimeOptions());
+  Watchdog::Disarm();
+  CheckProcs(g_procs, "goro_bench");
+  benchmark::AddCustomContext("goro_procs", std::to_string(g_procs));
+
+  for (const Workload& w : Workloads()) {
+    bool meant = all;
+    for (int p : w.procs) meant = meant || p == g_procs;
+    if (!meant) continue;
+    benchmark::RegisterBenchmark(absl::StrFormat("%s/procs:%d", w.name, g_procs).c_str(), w.fn)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime()
+        ->Unit(w.scale == 1e3 ? benchmark::kMillisecond : benchmark::kNanosecond);
+  }
+
+  if (jsonl) {
+    JsonLinesReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  benchmark::Shutdown();
+  return 0;
+}

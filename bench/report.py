@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Turns the JSON lines of goro_bench, goro_rss and gobench into bench/RESULTS.md.
+
+Used by bench/compare.sh; it can be rerun by hand on a kept raw file:
+    python3 bench/report.py --raw build-bench/results.jsonl --out bench/RESULTS.md \
+        --machine build-bench/machine.txt --command "bash bench/compare.sh"
+Each input line is one measurement: {"impl": "goro"|"go", "name", "procs",
+"value", "unit", "iters", "extra"?, "error"?}. A repeated (impl, name, procs)
+is a repetition; the table shows the median.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+# Rows in table order: (workload, procs, description, target).
+# target: ("ratio", x) = goro/Go <= x; ("abs", x) = goro value <= x; None = report only.
+ROWS = [
+    ("spawn_complete", 1, "spawn+complete (batches of 10,000, WaitGroup join)", ("ratio", 0.5)),
+    ("spawn_complete", 2, "spawn+complete (batches of 10,000, WaitGroup join)", ("ratio", 0.5)),
+    ("yield", 1, "Yield / runtime.Gosched, two goroutines on one P", ("ratio", 0.5)),
+    ("chan_unbuffered_pingpong", 1, "unbuffered channel ping-pong round trip", ("ratio", 0.7)),
+    ("fib27_goroutines", 1, "fib(27), a goroutine per call, WaitGroup join", ("ratio", 0.7)),
+    ("fib27_goroutines", 2, "fib(27), a goroutine per call, WaitGroup join", ("ratio", 0.7)),
+    ("rss_per_parked_goroutine", 2, "RSS per goroutine parked in a channel receive", ("abs", 4.5)),
+    ("chan_buffered128", 1, "buffered channel (cap 128), 1 producer 1 consumer", None),
+    ("chan_buffered128", 2, "buffered channel (cap 128), 1 producer 1 consumer", None),
+    ("mutex_contended4", 2, "Mutex, 4 goroutines incrementing one counter", None),
+    ("waitgroup_add_done_wait", 1, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
+    ("waitgroup_add_done_wait", 2, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
+]
+
+
+def fmt(v):
+    if v is None:
+        return "—"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--machine", required=True, help="file of 'key: value' lines")
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--log", default="", help="where the full stderr of the runs was kept")
+    args = ap.parse_args()
+
+    samples = {}  # (impl, name, procs) -> [value]
+    units = {}
+    errors = {}  # (impl, name, procs) -> [message]
+    extras = {}  # (impl, name, procs) -> [extra]
+    rss_n = set()  # goroutine counts used by the RSS runs
+    with open(args.raw) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                print(f"report.py: {args.raw}:{n}: {e}", file=sys.stderr)
+                continue
+            key = (r["impl"], r["name"], int(r["procs"]))
+            if r.get("error"):
+                errors.setdefault(key, []).append(r["error"])
+                continue
+            samples.setdefault(key, []).append(float(r["value"]))
+            units[(r["name"], int(r["procs"]))] = r["unit"]
+            if r["name"] == "rss_per_parked_goroutine" and r.get("iters"):
+                rss_n.add(int(r["iters"]))
+            if r.get("extra"):
+                extras.setdefault(key, []).append(r["extra"])
+
+    machine = []
+    with open(args.machine) as f:
+        machine = [l.rstrip("\n") for l in f if l.strip()]
+
+    out = []
+    out.append("# goro vs Go: benchmark results")
+    out.append("")
+    out.append("Written by `bench/compare.sh` (do not edit by hand; rerun the script). "
+               "Each figure is the median of the repetitions listed under *All samples*; "
+               "goro and Go ran interleaved, workload by workload, in the same run on the "
+               "same machine. Lower is better everywhere. The ratio is goro/Go.")
+    out.append("")
+    out.append("## Machine and run")
+    out.append("")
+    for l in machine:
+        k, _, v = l.partition(":")
+        out.append(f"- **{k.strip()}**: {v.strip()}")
+    out.append(f"- **command**: `{args.command}`")
+    out.append("")
+    out.append("## Results")
+    out.append("")
+    out.append("| workload | procs | unit | goro | Go | goro/Go | target | met? |")
+    out.append("| --- | ---: | --- | ---: | ---: | ---: | --- | --- |")
+    met_count = missed_count = 0
+    for name, procs, desc, target in ROWS:
+        g = samples.get(("goro", name, procs))
+        o = samples.get(("go", name, procs))
+        gv = statistics.median(g) if g else None
+        ov = statistics.median(o) if o else None
+        unit = units.get((name, procs), "")
+        ratio = gv / ov if gv is not None and ov else None
+        gcell = fmt(gv)
+        if ("goro", name, procs) in errors:
+            gcell = (gcell + " " if g else "") + f"**failed ×{len(errors[('goro', name, procs)])}**"
+        ocell = fmt(ov)
+        if ("go", name, procs) in errors:
+            ocell = (ocell + " " if o else "") + f"**failed ×{len(errors[('go', name, procs)])}**"
+        if target is None:
+            tcell, mcell = "report only", ""
+        elif target[0] == "ratio":
+            tcell = f"goro/Go ≤ {target[1]}"
+            if ratio is None:
+                mcell = "**no data**"
+                missed_count += 1
+            elif ratio <= target[1]:
+                mcell = "met"
+                met_count += 1
+            else:
+                mcell = "**missed**"
+                missed_count += 1
+        else:
+            tcell = f"goro ≤ {target[1]} {unit}"
+            if gv is None:
+                mcell = "**no data**"
+                missed_count += 1
+            elif gv <= target[1]:
+                mcell = "met"
+                met_count += 1
+            else:
+                mcell = "**missed**"
+                missed_count += 1
+        out.append(f"| {desc} (`{name}`) | {procs} | {unit} | {gcell} | {ocell} | "
+                   f"{fmt(ratio) if ratio is not None else '—'} | {tcell} | {mcell} |")
+    out.append("")
+    out.append(f"Targets met: {met_count}; missed or without data: {missed_count}.")
+    out.append("")
+
+    if errors:
+        out.append("## Failures")
+        out.append("")
+        for (impl, name, procs), msgs in sorted(errors.items()):
+            for m in msgs:
+                out.append(f"- {impl} `{name}` procs={procs}: {m}")
+        if args.log:
+            out.append("")
+            out.append(f"Full stderr of every run: `{args.log}` (not committed).")
+        out.append("")
+
+    out.append("## All samples")
+    out.append("")
+    out.append("| workload | procs | impl | samples |")
+    out.append("| --- | ---: | --- | --- |")
+    for name, procs, _, _ in ROWS:
+        for impl in ("goro", "go"):
+            s = samples.get((impl, name, procs))
+            if s:
+                out.append(f"| `{name}` | {procs} | {impl} | {', '.join(fmt(v) for v in s)} |")
+    out.append("")
+
+    notes = []
+    for name, procs, _, _ in ROWS:
+        for impl in ("goro", "go"):
+            for e in extras.get((impl, name, procs), []):
+                if name == "rss_per_parked_goroutine" or impl == "goro":
+                    notes.append((impl, name, procs, e))
+    if notes:
+        out.append("## Details")
+        out.append("")
+        out.append("goro's process CPU time per operation counts every thread of the process "
+                   "(spinning Ms included); the RSS lines give the raw readings.")
+        out.append("")
+        for impl, name, procs, e in notes:
+            out.append(f"- {impl} `{name}` procs={procs}: {e}")
+        out.append("")
+
+    out.append("## How each workload is measured")
+    out.append("")
+    rss_count = " or ".join(f"{n:,}" for n in sorted(rss_n)) or "N"
+    out.append("""The same code shape on both sides: `bench/goro_bench.cc` and `bench/goro_rss.cc`
+for goro, `bench/go/main.go` for Go. goro runs every benchmark body inside
+`goro::Run` with `Options::max_procs` set to the procs column (one process per
+procs count); Go sets `runtime.GOMAXPROCS`. goro's times are wall-clock
+(Google Benchmark, `UseRealTime`), Go's come from `testing.Benchmark`; both
+run each workload for at least the same minimum time.
+
+- **spawn+complete**: one iteration starts 10,000 goroutines that each only call
+  `WaitGroup::Done`, then waits; time per goroutine.
+- **Yield**: two goroutines on one P both call `goro::Yield` / `runtime.Gosched`
+  in a loop; an iteration is two Yields; time per Yield.
+- **unbuffered ping-pong**: two unbuffered channels, a partner goroutine echoes
+  each value back; time per round trip (two sends, two receives).
+- **buffered channel**: cap 128, one producer goroutine sends N values, the
+  benchmark goroutine receives them; time per element.
+- **Mutex**: 4 goroutines each do 2,500 lock/increment/unlock on one mutex per
+  iteration; time per lock/unlock pair (the 4 spawns per 10,000 pairs included).
+- **WaitGroup**: `Add(1); Done(); Wait()` on one goroutine (Wait never blocks).
+- **fib(27)**: `fib(n)` spawns a goroutine for each of `fib(n-1)` and `fib(n-2)`
+  and joins them with a WaitGroup (about 636,000 goroutines per run); time per run.
+- **RSS per parked goroutine**: """ + rss_count + """ goroutines each count themselves and
+  block receiving on one shared channel nobody sends to; RSS (`/proc/self/statm`)
+  once all have counted themselves plus 200 ms, minus RSS before spawning, divided
+  by the count. Page tables (`VmPTE`) are not part of RSS; they are listed above.
+""")
+    with open(args.out, "w") as f:
+        f.write("\n".join(out))
+    print(f"report.py: wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+// Channels and select (include/goro/chan.h), after Go's chan.go and select.go.
+//
+// A channel is a lock, a ring buffer of `cap` elements, and two queues of
+// waiting goroutines (receivers, senders). A waiter is a Sudog on the waiting
+// goroutine's stack that says where its element is. When a sender finds a
+// waiting receiver it moves its value straight into the receiver's
+// std::optional, and vice versa, so an unbuffered hand-off copies once.
+//
+// Select queues one Sudog per case on every channel, parks, and on waking
+// dequeues the rest. The first channel operation to complete one of its cases
+// wins by setting G::select_done from 0 to 1; others skip that goroutine's
+// Sudogs. Channels are locked in address order, so two selects cannot
+// deadlock each other.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "core/chan_internal.h"
+#include "core/fatal.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+namespace {
+
+struct Sudog {
+  G* g = nullptr;
+  void* elem = nullptr;  // sender: T*; receiver: std::optional<T>*
+  Sudog* next = nullptr;
+  Sudog* prev = nullptr;
+  ChanCore* chan = nullptr;
+  int case_index = -1;  // select: which case; -1: a plain send/recv
+  bool queued = false;
+  bool success = false;  // false when woken by Close
+};
+
+class WaitQueue {
+ public:
+  void Push(Sudog* s) {
+    s->prev = tail_;
+    s->next = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next = s;
+    } else {
+      head_ = s;
+    }
+    tail_ = s;
+    s->queued = true;
+  }
+  void Remove(Sudog* s) {
+    if (!s->queued) return;
+    if (s->prev != nullptr) {
+      s->prev->next = s->next;
+    } else {
+      head_ = s->next;
+    }
+    if (s->next != nullptr) {
+      s->next->prev = s->prev;
+    } else {
+      tail_ = s->prev;
+    }
+    s->next = s->prev = nullptr;
+    s->queued = false;
+  }
+  // Removes and returns the first waiter that can still be completed: a plain
+  // one, or a select whose goroutine no other channel has claimed yet.
+  Sudog* Pop() {
+    while (Sudog* s = head_) {
+      Remove(s);
+      if (s->case_index < 0) return s;
+      uint32_t zero = 0;
+      if (s->g->select_done.compare_exchange_strong(zero, 1, std::memory_order_acq_rel)) return s;
+    }
+    return nullptr;
+  }
+  bool Empty() const { return head_ == nullptr; }
+
+ private:
+  Sudog* head_ = nullptr;
+  Sudog* tail_ = nullptr;
+};
+
+}  // namespace
+
+class ChanCore {
+ public:
+  ChanCore(size_t cap, const ElemOps* ops) : cap_(cap), ops_(ops) {
+    if (cap_ > 0) {
+      size_t align = std::max(ops->align, alignof(std::max_align_t));
+      stride_ = (ops->size + ops->align - 1) / ops->align * ops->align;
+      buf_ = static_cast<char*>(::operator new(stride_ * cap_, std::align_val_t(align)));
+      align_ = align;
+    }
+  }
+  ~ChanCore() {
+    for (size_t i = 0; i < count_; ++i) ops_->destroy(Slot((recvx_ + i) % cap_));
+    if (buf_ != nullptr) ::operator delete(buf_, std::align_val_t(align_));
+  }
+
+  void* Slot(size_t i) { return buf_ + i * stride_; }
+
+  SpinLock lock;
+  const size_t cap_;
+  const ElemOps* const ops_;
+  size_t stride_ = 0;
+  size_t align_ = 0;
+  char* buf_ = nullptr;
+  size_t count_ = 0;  // guarded by lock (read racily by ChanLen)
+  size_t sendx_ = 0, recvx_ = 0;
+  bool closed_ = false;
+  WaitQueue recvq, sendq;
+};
+
+namespace {
+
+// The lock is held; a waiting receiver exists: hand *elem to it directly.
+void SendToWaiter(ChanCore* c, Sudog* r, void* elem) {
+  c->ops_->to_opt(r->elem, elem);
+  r->success = true;
+  r->g->param = r;
+}
+
+// The lock is held and a send can complete now (c is open): do it.
+// Returns the receiver to Ready, if any.
+bool TrySendLocked(ChanCore* c, void* elem, G** to_ready) {
+  if (Sudog* r = c->recvq.Pop()) {
+    SendToWaiter(c, r, elem);
+    *to_ready = r->g;
+    return true;
+  }
+  if (c->count_ < c->cap_) {
+    c->ops_->to_raw(c->Slot(c->sendx_), elem);
+    c->sendx_ = (c->sendx_ + 1) % c->cap_;
+    c->count_++;
+    return true;
+  }
+  return false;
+}
+
+// The lock is held: completes a receive into *out if one can complete now
+// (a waiting sender, a buffered value, or closed). Sets *received.
+bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
+  if (Sudog* s = c->sendq.Pop()) {
+    if (c->cap_ == 0) {
+      c->ops_->to_opt(out, s->elem);
+    } else {
+      // The buffer is full: take its head and put the sender's value at the
+      // tail, which is the same slot.
+      void* slot = c->Slot(c->recvx_);
+      c->ops_->to_opt(out, slot);
+      c->ops_->destroy(slot);
+      c->ops_->to_raw(slot, s->elem);
+      c->recvx_ = (c->recvx_ + 1) % c->cap_;
+      c->sendx_ = c->recvx_;
+    }
+    s->success = true;
+    s->g->param = s;
+    *to_ready = s->g;
+    *received = true;
+    return true;
+  }
+  if (c->count_ > 0) {
+    void* slot = c->Slot(c->recvx_);
+    c->ops_->to_opt(out, slot);
+    c->ops_->destroy(slot);
+    c->recvx_ = (c->recvx_ + 1) % c->cap_;
+    c->count_--;
+    *received = true;
+    return true;
+  }
+  if (c->closed_) {
+    *received = false;
+    return true;
+  }
+  return false;
+}
+
+bool UnlockChan(G*, void* arg) {
+  static_cast<ChanCore*>(arg)->lock.Unlock();
+  return true;
+}
+
+[[noreturn]] void BlockForever(WaitReason reason) {
+  Park(reason, nullptr, nullptr);
+  Fatal("a goroutine blocked forever was woken");
+}
+
+}  // namespace
+
+ChanCore* NewChanCore(size_t cap, const ElemOps* ops) { return new ChanCore(cap, ops); }
+void DeleteChanCore(ChanCore* c) { delete c; }
+
+size_t ChanLen(const ChanCore* c) { return c->count_; }
+size_t ChanCap(const ChanCore* c) { return c->cap_; }
+
+void ChanSend(ChanCore* c, void* elem) {
+  if (c == nullptr) BlockForever(WaitReason::kChanSendNilChan);
+  c->lock.Lock();
+  if (c->closed_) {
+    c->lock.Unlock();
+    FatalG("send on closed channel");
+  }
+  G* to_ready = nullptr;
+  if (TrySendLocked(c, elem, &to_ready)) {
+    c->lock.Unlock();
+    if (to_ready != nullptr) Ready(to_ready);
+    return;
+  }
+  Sudog s;
+  s.g = CurrentG();
+  s.elem = elem;
+  s.chan = c;
+  c->sendq.Push(&s);
+  Park(WaitReason::kChanSend, UnlockChan, c);
+  if (!s.success) FatalG("send on closed channel");
+}
+
+bool ChanOffer(ChanCore* c, void* elem) {
+  c->lock.Lock();
+  G* to_ready = nullptr;
+  bool sent = !c->closed_ && TrySendLocked(c, elem, &to_ready);
+  c->lock.Unlock();
+  if (to_ready != nullptr) Ready(to_ready);
+  return sent;
+}
+
+void ChanRecv(ChanCore* c, void* out) {
+  if (c == nullptr) BlockForever(WaitReason::kChanReceiveNilChan);
+  c->lock.Lock();
+  bool received = false;
+  G* to_ready = nullptr;
+  if (TryRecvLocked(c, out, &received, &to_ready)) {
+    c->lock.Unlock();
+    if (to_ready != nullptr) Ready(to_ready);
+    return;
+  }
+  Sudog s;
+  s.g = CurrentG();
+  s.elem = out;
+  s.chan = c;
+  c->recvq.Push(&s);
+  Park(WaitReason::kChanReceive, UnlockChan, c);
+}
+
+void ChanClose(ChanCore* c) {
+  if (c == nullptr) FatalG("close of nil channel");
+  c->lock.Lock();
+  if (c->closed_) {
+    c->lock.Unlock();
+    FatalG("close of closed channel");
+  }
+  c->closed_ = true;
+  // Collect every waiter under the lock, wake them after: their Sudogs stay
+  // valid until they run.
+  G* wake = nullptr;
+  auto collect = [&wake](Sudog* s) {
+    s->success = false;
+    s->g->param = s;
+    s->g->sched_link = wake;
+    wake = s->g;
+  };
+  while (Sudog* s = c->recvq.Pop()) collect(s);
+  while (Sudog* s = c->sendq.Pop()) collect(s);
+  c->lock.Unlock();
+  while (wake != nullptr) {
+    G* g = wake;
+    wake = g->sched_link;
+    g->sched_link = nullptr;
+    Ready(g);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Select
+
+namespace {
+
+constexpr int kMaxSelectCases = 1024;
+
+struct SelectPark {
+  ChanCore** locked;  // distinct channels, in lock order
+  int nlocked;
+};
+
+bool UnlockAll(G*, void* arg) {
+  auto* a = static_cast<SelectPark*>(arg);
+  for (int i = a->nlocked - 1; i >= 0; --i) a->locked[i]->lock.Unlock();
+  return true;
+}
+
+}  // namespace
+
+int SelectImpl(SelectCaseRep* cases, int n) {
+  if (n > kMaxSelectCases) FatalG(absl::StrCat("select with ", n, " cases (limit ", kMaxSelectCases, ")"));
+  int default_index = -1;
+  // Poll order: a random permutation of the cases with non-nil channels.
+  int order_buf[64];
+  ChanCore* lock_buf[64];
+  Sudog sudog_buf[16];
+  std::unique_ptr<int[]> order_heap;
+  std::unique_ptr<ChanCore*[]> lock_heap;
+  std::unique_ptr<Sudog[]> sudog_heap;
+  int* order = order_buf;
+  ChanCore** locks = lock_buf;
+  Sudog* sudogs = sudog_buf;
+  if (n > 64) {
+    order_heap.reset(new int[n]);
+    lock_heap.reset(new ChanCore*[n]);
+    order = order_heap.get();
+    locks = lock_heap.get();
+  }
+  if (n > 16) {
+    sudog_heap.reset(new Sudog[n]);
+    sudogs = sudog_heap.get();
+  }
+  int npoll = 0;
+  for (int i = 0; i < n; ++i) {
+    if (cases[i].dir == CaseDir::kDefault) {
+      default_index = i;
+      continue;
+    }
+    if (cases[i].chan == nullptr) continue;  // a nil channel is never ready
+    int j = static_cast<int>(FastRandN(npoll + 1));
+    order[npoll] = order[j];
+    order[j] = i;
+    npoll++;
+  }
+  // Lock order: distinct channels sorted by address.
+  int nlocks = 0;
+  for (int k = 0; k < npoll; ++k) locks[nlocks++] = cases[order[k]].chan;
+  std::sort(locks, locks + nlocks);
+  nlocks = static_cast<int>(std::unique(locks, locks + nlocks) - locks);
+  auto lock_all = [&] {
+    for (int k = 0; k < nlocks; ++k) locks[k]->lock.Lock();
+  };
+  SelectPark park{locks, nlocks};
+
+  if (npoll == 0) {
+    if (default_index >= 0) return default_index;
+    BlockForever(WaitReason::kSelectNoCases);
+  }
+
+  // Pass 1: is any case ready now?
+  lock_all();
+  for (int k = 0; k < npoll; ++k) {
+    int i = order[k];
+    ChanCore* c = cases[i].chan;
+    G* to_ready = nullptr;
+    bool done;
+    if (cases[i].dir == CaseDir::kSend) {
+      if (c->closed_) {
+        UnlockAll(nullptr, &park);
+        FatalG("send on closed channel");
+      }
+      done = TrySendLocked(c, cases[i].elem, &to_ready);
+    } else {
+      bool received;
+      done = TryRecvLocked(c, cases[i].elem, &received, &to_ready);
+    }
+    if (done) {
+      UnlockAll(nullptr, &park);
+      if (to_ready != nullptr) Ready(to_ready);
+      return i;
+    }
+  }
+  if (default_index >= 0) {
+    UnlockAll(nullptr, &park);
+    return default_index;
+  }
+
+  // Pass 2: queue on every channel and park.
+  G* g = CurrentG();
+  g->select_done.store(0, std::memory_order_relaxed);
+  g->param = nullptr;
+  for (int k = 0; k < npoll; ++k) {
+    int i = order[k];
+    Sudog* s = &sudogs[k];
+    *s = Sudog{};
+    s->g = g;
+    s->elem = cases[i].elem;
+    s->chan = cases[i].chan;
+    s->case_index = i;
+    if (cases[i].dir == CaseDir::kSend) {
+      s->chan->sendq.Push(s);
+    } else {
+      s->chan->recvq.Push(s);
+    }
+  }
+  Park(WaitReason::kSelect, UnlockAll, &park);
+
+  // Pass 3: the winner was dequeued by its channel; dequeue the others.
+  auto* winner = static_cast<Sudog*>(g->param);
+  g->param = nullptr;
+  lock_all();
+  for (int k = 0; k < npoll; ++k) {
+    Sudog* s = &sudogs[k];
+    if (s == winner) continue;
+    if (cases[s->case_index].dir == CaseDir::kSend) {
+      s->chan->sendq.Remove(s);
+    } else {
+      s->chan->recvq.Remove(s);
+    }
+  }
+  UnlockAll(nullptr, &park);
+  if (winner == nullptr) Fatal("select: woken without a winning case");
+  if (cases[winner->case_index].dir == CaseDir::kSend && !winner->success) {
+    FatalG("send on closed channel");
+  }
+  return winner->case_index;
+}
+
+}  // namespace goro::internal

@@ -1,0 +1,78 @@
+#include "core/env.h"
+
+#include <cstdlib>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/fatal.h"
+
+namespace goro::internal {
+
+namespace {
+
+constexpr int kMaxProcsLimit = 1024;
+
+void Warn(absl::string_view what) { WriteStderr(absl::StrCat("goro: ", what, "\n")); }
+
+}  // namespace
+
+EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
+  EnvSettings s;
+  if (maxprocs != nullptr && *maxprocs != '\0') {
+    int n = 0;
+    if (!absl::SimpleAtoi(maxprocs, &n) || n < 1 || n > kMaxProcsLimit) {
+      Warn(absl::StrCat("ignoring GOROMAXPROCS=\"", maxprocs, "\": want an integer from 1 to ",
+                        kMaxProcsLimit, "; using the default"));
+    } else {
+      s.max_procs = n;
+    }
+  }
+  if (debug == nullptr) return s;
+  for (absl::string_view item : absl::StrSplit(debug, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    absl::string_view key = kv.first, value = kv.second;
+    auto bad = [&](absl::string_view want) {
+      Warn(absl::StrCat("ignoring GORODEBUG ", key, "=\"", value, "\": want ", want,
+                        "; using the default"));
+    };
+    if (key == "asyncpreemptoff") {
+      if (value == "1") {
+        s.async_preempt_off = true;
+      } else if (value != "0") {
+        bad("0 or 1");
+      }
+    } else if (key == "timeslice") {
+      absl::Duration d;
+      if (absl::ParseDuration(value, &d) && d >= absl::Microseconds(50) && d <= absl::Seconds(10)) {
+        s.time_slice = d;
+      } else {
+        bad("a duration from 50us to 10s, such as 10ms or 200us");
+      }
+    } else if (key == "schedtrace") {
+      int64_t ms = 0;
+      if (absl::SimpleAtoi(value, &ms) && ms >= 0) {
+        s.schedtrace_ms = ms;
+      } else {
+        bad("a number of milliseconds");
+      }
+    } else if (key == "scheddetail") {
+      if (value == "1") {
+        s.scheddetail = true;
+      } else if (value != "0") {
+        bad("0 or 1");
+      }
+    } else {
+      Warn(absl::StrCat("ignoring unknown GORODEBUG key \"", key,
+                        "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail)"));
+    }
+  }
+  return s;
+}
+
+EnvSettings ReadEnvironment() {
+  return ParseEnvironment(std::getenv("GOROMAXPROCS"), std::getenv("GORODEBUG"));
+}
+
+}  // namespace goro::internal

@@ -1,0 +1,864 @@
+// The goro scheduler.
+//
+// Goroutines, threads and processors
+// ----------------------------------
+// goro multiplexes many goroutines onto a few OS threads, as Go does, with
+// three kinds of object (core/runtime.h):
+//
+//   G  a goroutine: a function, a stack, and the registers saved while it is
+//      not running. A G that has not started has no stack yet; it gets one
+//      from a cache the first time it runs and gives it back when it returns,
+//      so spawning a million short goroutines touches a handful of stacks.
+//   M  an OS thread ("machine"). Each M has its own scheduler context, g0,
+//      which runs on the thread's native stack. A goroutine never runs the
+//      scheduler on its own stack: to park, yield or exit it switches to g0
+//      and asks (M::request); g0 finishes the job once the goroutine's
+//      registers are saved, then picks the next goroutine.
+//   P  a processor: the right to run goroutines. There are exactly
+//      Options::max_procs Ps, so at most that many goroutines run at once. A P
+//      owns a local run queue (a lock-free ring of 256 plus a `runnext` slot),
+//      a timer heap, and caches of stacks and free Gs; an M must hold a P to
+//      run goroutines, and an M without one sleeps.
+//
+// Finding work
+// ------------
+// FindRunnable, run by g0 of an M that holds a P, looks in this order:
+//   1. once every 61 schedule ticks, the global run queue first, so that a
+//      pair of goroutines handing the P back and forth through runnext cannot
+//      starve the global queue forever;
+//   2. the P's expired timers, then runnext, then the local ring;
+//   3. the global run queue (a mutex-protected list: the only global lock on
+//      a scheduling path);
+//   4. stealing: up to four passes over the other Ps in a random order,
+//      taking half of a victim's ring; on the last pass also a victim's
+//      runnext (after a few microseconds' grace, since its owner probably
+//      readied it to run next) and the victim's expired timers;
+//   5. otherwise the M gives up its P and sleeps.
+//
+// Spinning threads
+// ----------------
+// An M that looks for work to steal is "spinning". Readying a goroutine
+// wakes a sleeping M (WakeP) only when there is an idle P and no M is already
+// spinning: one spinner is enough to find the new work, and when it finds
+// some it stops spinning and wakes the next (ResetSpinning). At most half of
+// the busy Ps may have a spinning M. The last spinner to give up re-checks
+// every run queue after it stopped counting itself, so a goroutine readied in
+// between is never left without an M (the classic lost wake-up).
+//
+// Idle threads sleep on a futex (Note) in an idle list and are reused; one of
+// them, the timer sleeper, sleeps only until the earliest timer of any P, and
+// whoever adds an earlier timer wakes it. When every M sleeps in the idle list,
+// nothing is runnable, no timer is pending and some thread waits in Run(),
+// nothing can ever happen again: that is Go's "all goroutines are asleep"
+// deadlock, reported by the last M to go idle (CheckDeadLocked).
+//
+// Parking
+// -------
+// A goroutine blocks with Park(reason, commit, arg): it switches to g0, and g0
+// marks it waiting and calls commit, typically to release the lock of the
+// channel or semaphore the goroutine queued itself on. Because the lock is
+// released only after the goroutine's registers are saved, whoever takes that
+// lock and finds the goroutine may Ready it at once, from any thread.
+// Ready puts it in the current P's runnext, where it inherits the rest of the
+// time slice of the goroutine that readied it (the schedule tick does not
+// advance), as in Go: a producer and consumer ping-ponging stay on one P and
+// in cache. Plain threads use the same primitives through a stand-in G
+// (ExternalG) that parks on a futex instead of switching.
+//
+// Choices and their reasons
+// -------------------------
+// * Switching through g0 costs a second context switch per park compared with
+//   switching from goroutine to goroutine directly, but it keeps scheduler
+//   frames off goroutine stacks (a parked goroutine costs one page of stack),
+//   and it makes every "finish after the switch" action trivially safe.
+// * Yield puts the goroutine at the tail of its own P's ring, not on the
+//   global queue as Go's Gosched does: the global queue's mutex would be the
+//   only shared lock on that path, and the 1-in-61 rule already keeps the
+//   global queue moving.
+// * Goroutine ids come from per-P batches and counters are per P, so spawning
+//   touches no shared cache line except when a batch runs out.
+// * A runtime lock (core/lock.h) spins and then yields the thread: holders
+//   never block or switch while holding one.
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/env.h"
+#include "core/fatal.h"
+#include "core/runtime.h"
+#include "goro/sync.h"
+
+namespace goro::internal {
+
+Sched sched;
+
+namespace {
+
+thread_local M* tls_m = nullptr;
+thread_local std::unique_ptr<G> tls_external_g;
+thread_local uint64_t tls_rand = 0;
+
+constexpr int kMaxThreads = 10000;
+constexpr int kStealTries = 4;
+
+}  // namespace
+
+int64_t Nanotime() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+__attribute__((noinline)) M* CurrentM() {
+  asm volatile("" ::: "memory");  // not pure: the thread may differ between calls
+  return tls_m;
+}
+
+namespace {
+
+G* ExternalG() {
+  if (!tls_external_g) {
+    tls_external_g = std::make_unique<G>();
+    tls_external_g->external = true;
+    tls_external_g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+  }
+  return tls_external_g.get();
+}
+
+}  // namespace
+
+G* CurrentG() {
+  M* m = CurrentM();
+  if (m != nullptr && m->curg != nullptr) return m->curg;
+  return ExternalG();
+}
+
+bool OnGoroutine() {
+  M* m = CurrentM();
+  return m != nullptr && m->curg != nullptr;
+}
+
+uint32_t FastRand() {
+  // xorshift64*, seeded per thread.
+  M* m = CurrentM();
+  uint64_t* s = m != nullptr ? &m->rand_state : &tls_rand;
+  if (*s == 0) *s = (static_cast<uint64_t>(Nanotime()) ^ reinterpret_cast<uintptr_t>(s)) | 1;
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return static_cast<uint32_t>((x * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+uint32_t FastRandN(uint32_t n) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(FastRand()) * n) >> 32);
+}
+
+const char* WaitReasonString(WaitReason r) {
+  switch (r) {
+    case WaitReason::kNone: return "";
+    case WaitReason::kChanReceive: return "chan receive";
+    case WaitReason::kChanSend: return "chan send";
+    case WaitReason::kChanReceiveNilChan: return "chan receive (nil chan)";
+    case WaitReason::kChanSendNilChan: return "chan send (nil chan)";
+    case WaitReason::kSelect: return "select";
+    case WaitReason::kSelectNoCases: return "select (no cases)";
+    case WaitReason::kSleep: return "sleep";
+    case WaitReason::kSyncMutexLock: return "sync.Mutex.Lock";
+    case WaitReason::kWaitGroupWait: return "sync.WaitGroup.Wait";
+    case WaitReason::kCondVarWait: return "sync.Cond.Wait";
+    case WaitReason::kSemacquire: return "semacquire";
+    case WaitReason::kRunWait: return "goro.Run";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// The global run queue and idle lists. All need sched.mu.
+
+namespace {
+
+void GlobrunqPutLocked(G* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  g->sched_link = nullptr;
+  if (sched.runq_tail != nullptr) {
+    sched.runq_tail->sched_link = g;
+  } else {
+    sched.runq_head = g;
+  }
+  sched.runq_tail = g;
+  sched.runq_size.fetch_add(1, std::memory_order_relaxed);
+}
+
+void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  for (uint32_t i = 0; i < n; ++i) GlobrunqPutLocked(batch[i]);
+}
+
+// Takes a fair share of the global queue: one G to return, and up to `max`
+// more (0: no limit but half a ring) moved into p's local ring.
+G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  int32_t size = sched.runq_size.load(std::memory_order_relaxed);
+  if (size == 0) return nullptr;
+  int32_t n = std::min(size, size / sched.nprocs + 1);
+  if (max > 0 && n > max) n = max;
+  n = std::min<int32_t>(n, RunQueue::kSize / 2);
+  sched.runq_size.fetch_sub(n, std::memory_order_relaxed);
+  G* g = sched.runq_head;
+  sched.runq_head = g->sched_link;
+  for (int32_t i = 1; i < n; ++i) {
+    G* more = sched.runq_head;
+    sched.runq_head = more->sched_link;
+    if (!p->runq.PutTail(more)) Fatal("GlobrunqGet: local run queue overflow");
+  }
+  if (sched.runq_head == nullptr) sched.runq_tail = nullptr;
+  return g;
+}
+
+void PidlePutLocked(P* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  p->status = P::Status::kIdle;
+  p->m = nullptr;
+  p->link = sched.pidle;
+  sched.pidle = p;
+  sched.npidle.fetch_add(1, std::memory_order_relaxed);
+}
+
+P* PidleGetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  P* p = sched.pidle;
+  if (p != nullptr) {
+    sched.pidle = p->link;
+    sched.npidle.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+M* MidleGetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  M* m = sched.midle;
+  if (m != nullptr) {
+    sched.midle = m->sched_link;
+    sched.nmidle--;
+  }
+  return m;
+}
+
+void AcquireP(M* m, P* p) {
+  if (p->status != P::Status::kIdle || p->m != nullptr) Fatal("AcquireP: P is not idle");
+  p->status = P::Status::kRunning;
+  p->m = m;
+  m->p = p;
+}
+
+// ---------------------------------------------------------------------------
+// Local run queue helpers.
+
+void RunqPut(P* p, G* g, bool next) {
+  if (next) {
+    g = p->runq.PutNext(g);
+    if (g == nullptr) return;
+  }
+  while (!p->runq.PutTail(g)) {
+    G* batch[RunQueue::kSize / 2 + 1];
+    uint32_t n = p->runq.TakeHalf(g, batch);
+    if (n == 0) continue;  // thieves made room
+    absl::MutexLock lock(&sched.mu);
+    GlobrunqPutBatchLocked(batch, n);
+    return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Ms: creation, sleeping and waking.
+
+void* MStart(void* arg);
+void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
+
+void NewM(P* p, bool spinning) {
+  auto* m = new M();
+  m->id = sched.next_mid.fetch_add(1, std::memory_order_relaxed);
+  m->spinning = spinning;
+  m->next_p = p;
+  {
+    absl::MutexLock lock(&sched.mu);
+    if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // Every signal is blocked until the thread has its M and alternate stack.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&m->thread, &attr, MStart, m);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (err != 0) Fatal(absl::StrCat("pthread_create failed: error ", err));
+}
+
+// Starts an M to run p (an idle P if p is null). `spinning` means the caller
+// already counted the M in nmspinning.
+void StartM(P* p, bool spinning) {
+  M* m;
+  {
+    absl::MutexLock lock(&sched.mu);
+    if (p == nullptr) {
+      p = PidleGetLocked();
+      if (p == nullptr) {
+        if (spinning) sched.nmspinning.fetch_sub(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+    m = MidleGetLocked();
+  }
+  if (m == nullptr) {
+    NewM(p, spinning);
+    return;
+  }
+  m->spinning = spinning;
+  m->next_p = p;
+  m->park.Wakeup();
+}
+
+// Wakes an M to look for work, if a P is idle and nobody is spinning already.
+void WakeP() {
+  if (sched.npidle.load(std::memory_order_acquire) == 0) return;
+  int32_t zero = 0;
+  if (sched.nmspinning.load(std::memory_order_relaxed) != 0 ||
+      !sched.nmspinning.compare_exchange_strong(zero, 1)) {
+    return;
+  }
+  StartM(nullptr, true);
+}
+
+void ResetSpinning(M* m) {
+  m->spinning = false;
+  if (sched.nmspinning.fetch_sub(1) < 1) Fatal("ResetSpinning: negative nmspinning");
+  // We found work; there may be more, so get another M spinning.
+  WakeP();
+}
+
+// Puts m on the idle list and sleeps until someone hands it a P.
+void StopM(M* m) {
+  {
+    absl::MutexLock lock(&sched.mu);
+    m->sched_link = sched.midle;
+    sched.midle = m;
+    sched.nmidle++;
+    CheckDeadLocked();
+  }
+  m->park.Sleep();
+  m->park.Clear();
+  P* p = m->next_p;
+  m->next_p = nullptr;
+  AcquireP(m, p);
+}
+
+// Called with sched.mu held when an M goes idle: if no M is left running, no
+// goroutine can be run or woken, no timer is pending and a thread waits in
+// Run(), the program can never make progress.
+void CheckDeadLocked() {
+  if (sched.run_waiters == 0) return;
+  if (sched.mcount - sched.nmidle > 0) return;  // someone is running (or timing)
+  if (sched.runq_size.load() != 0) return;
+  for (P* p : sched.allp) {
+    if (!p->runq.Empty()) return;
+  }
+  if (EarliestTimer() != 0) return;
+  Fatal("all goroutines are asleep - deadlock!");
+}
+
+// ---------------------------------------------------------------------------
+// Finding work.
+
+// Tries to steal from other Ps; on the last pass also runs their timers.
+G* StealWork(M* m, bool* inherit) {
+  P* p = m->p;
+  int n = sched.nprocs;
+  for (int i = 0; i < kStealTries; ++i) {
+    bool last = i == kStealTries - 1;
+    // A random start and a stride coprime with n visit every P once.
+    uint32_t start = FastRandN(n);
+    uint32_t stride = 1;
+    if (n > 2) {
+      do stride = 1 + FastRandN(n - 1); while (std::__gcd<uint32_t>(stride, n) != 1);
+    }
+    for (int k = 0; k < n; ++k) {
+      P* victim = sched.allp[(start + k * stride) % n];
+      if (victim == p) continue;
+      if (last && victim->timer0_when.load(std::memory_order_relaxed) != 0) {
+        RunTimers(victim, Nanotime());
+        bool inh;
+        if (G* g = p->runq.Get(&inh)) {
+          *inherit = inh;
+          return g;
+        }
+      }
+      if (G* g = p->runq.StealFrom(victim->runq, last)) {
+        p->steals.fetch_add(1, std::memory_order_relaxed);
+        *inherit = false;
+        return g;
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Blocks until it finds a goroutine to run; returns with m->p held.
+G* FindRunnable(M* m, bool* inherit) {
+  for (;;) {
+    P* p = m->p;
+    *inherit = false;
+    if (p->timer0_when.load(std::memory_order_relaxed) != 0) RunTimers(p, Nanotime());
+
+    if (p->schedtick % 61 == 0 && sched.runq_size.load(std::memory_order_relaxed) > 0) {
+      absl::MutexLock lock(&sched.mu);
+      if (G* g = GlobrunqGetLocked(p, 1)) return g;
+    }
+    if (G* g = p->runq.Get(inherit)) return g;
+    if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
+      absl::MutexLock lock(&sched.mu);
+      if (G* g = GlobrunqGetLocked(p, 0)) return g;
+    }
+
+    int32_t busy = sched.nprocs - sched.npidle.load(std::memory_order_relaxed);
+    if (m->spinning || 2 * sched.nmspinning.load(std::memory_order_relaxed) < busy) {
+      if (!m->spinning) {
+        m->spinning = true;
+        sched.nmspinning.fetch_add(1);
+      }
+      if (G* g = StealWork(m, inherit)) return g;
+    }
+
+    // Nothing to do: give up the P.
+    {
+      absl::MutexLock lock(&sched.mu);
+      if (G* g = GlobrunqGetLocked(p, 0)) return g;
+      m->p = nullptr;
+      PidlePutLocked(p);
+    }
+    if (m->spinning) {
+      m->spinning = false;
+      if (sched.nmspinning.fetch_sub(1) < 1) Fatal("FindRunnable: negative nmspinning");
+      // Work readied after our last look but before we stopped counting as a
+      // spinner saw nmspinning > 0 and woke nobody: look once more.
+      bool found = sched.runq_size.load() != 0;
+      for (P* q : sched.allp) found = found || !q->runq.Empty();
+      if (found) {
+        P* np;
+        {
+          absl::MutexLock lock(&sched.mu);
+          np = PidleGetLocked();
+        }
+        if (np != nullptr) {
+          AcquireP(m, np);
+          m->spinning = true;
+          sched.nmspinning.fetch_add(1);
+          continue;
+        }
+      }
+    }
+
+    // Sleep until the earliest timer if nobody else does, else until handed a P.
+    int64_t next = EarliestTimer();
+    bool timer_sleep = false;
+    if (next != 0) {
+      absl::MutexLock lock(&sched.mu);
+      if (sched.timer_sleeper == nullptr) {
+        sched.timer_sleeper = m;
+        sched.poll_until.store(next);
+        timer_sleep = true;
+      }
+    }
+    if (timer_sleep) {
+      // A timer added after EarliestTimer but before poll_until was published
+      // saw poll_until == 0 and only tried WakeP: look again.
+      int64_t again = EarliestTimer();
+      if (again != 0 && again < next) next = again;
+      if (next > Nanotime()) m->park.SleepUntil(next);
+      P* np;
+      {
+        absl::MutexLock lock(&sched.mu);
+        sched.timer_sleeper = nullptr;
+        sched.poll_until.store(0);
+        m->park.Clear();  // a late WakeForTimer may have set it
+        np = PidleGetLocked();
+      }
+      if (np != nullptr) {
+        AcquireP(m, np);
+        m->spinning = true;  // so that it runs every P's timers
+        sched.nmspinning.fetch_add(1);
+        continue;
+      }
+    }
+    StopM(m);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Running goroutines.
+
+void GoroutineMain(void* arg);
+
+G* GfreeGet(P* p) {
+  if (p->gfree == nullptr && sched.gfree != nullptr) {
+    sched.gfree_lock.Lock();
+    while (p->gfree_n < 32 && sched.gfree != nullptr) {
+      G* g = sched.gfree;
+      sched.gfree = g->sched_link;
+      sched.gfree_n--;
+      g->sched_link = p->gfree;
+      p->gfree = g;
+      p->gfree_n++;
+    }
+    sched.gfree_lock.Unlock();
+  }
+  G* g = p->gfree;
+  if (g != nullptr) {
+    p->gfree = g->sched_link;
+    p->gfree_n--;
+  }
+  return g;
+}
+
+void GfreePut(P* p, G* g) {
+  g->sched_link = p->gfree;
+  p->gfree = g;
+  if (++p->gfree_n >= 64) {
+    sched.gfree_lock.Lock();
+    while (p->gfree_n > 32) {
+      G* x = p->gfree;
+      p->gfree = x->sched_link;
+      p->gfree_n--;
+      x->sched_link = sched.gfree;
+      sched.gfree = x;
+      sched.gfree_n++;
+    }
+    sched.gfree_lock.Unlock();
+  }
+}
+
+// Runs g on the current M until it switches back to g0.
+void Execute(M* m, G* g, bool inherit) {
+  P* p = m->p;
+  if (!inherit) p->schedtick++;
+  if (g->stack.hi == 0) {
+    g->stack = StackAlloc(p);
+    g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+    arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
+  }
+  g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+  g->m = m;
+  m->curg = g;
+  arch::SwitchContext(&m->g0ctx, &g->ctx);
+}
+
+// On g0 after m->curg switched back: carries out its request.
+// Returns a G to run at once (a park that did not commit), or nullptr.
+G* FinishSwitchOnG0(M* m) {
+  G* g = m->curg;
+  m->curg = nullptr;
+  g->m = nullptr;
+  SwitchRequest req = m->request;
+  m->request = SwitchRequest::kNone;
+  switch (req) {
+    case SwitchRequest::kPark: {
+      auto commit = m->park_commit;
+      void* arg = m->park_arg;
+      m->park_commit = nullptr;
+      m->park_arg = nullptr;
+      g->status.store(GStatus::kWaiting, std::memory_order_release);
+      if (commit != nullptr && !commit(g, arg)) {
+        g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+        return g;
+      }
+      return nullptr;
+    }
+    case SwitchRequest::kYield:
+      g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+      RunqPut(m->p, g, false);
+      return nullptr;
+    case SwitchRequest::kExit: {
+      P* p = m->p;
+      g->status.store(GStatus::kDead, std::memory_order_relaxed);
+      StackFree(p, g->stack);
+      g->stack = Stack{};
+      g->status.store(GStatus::kIdle, std::memory_order_relaxed);
+      GfreePut(p, g);
+      p->exited.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    case SwitchRequest::kNone:
+      break;
+  }
+  Fatal("FinishSwitchOnG0: goroutine switched to g0 without a request");
+}
+
+// The scheduler loop of every M, on g0. Never returns.
+[[noreturn]] void ScheduleOnG0(M* m) {
+  for (;;) {
+    bool inherit = false;
+    G* g = FindRunnable(m, &inherit);
+    if (m->spinning) ResetSpinning(m);
+    do {
+      Execute(m, g, inherit);
+      g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
+      inherit = true;
+    } while (g != nullptr);
+  }
+}
+
+void* MStart(void* arg) {
+  M* m = static_cast<M*>(arg);
+  tls_m = m;
+  m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  MInitSignals(m);
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, nullptr);
+  P* p = m->next_p;
+  m->next_p = nullptr;
+  AcquireP(m, p);
+  ScheduleOnG0(m);
+}
+
+void GoroutineMain(void* arg) {
+  G* g = static_cast<G*>(arg);
+  try {
+    std::move(g->fn)();
+  } catch (const std::exception& e) {
+    FatalG(absl::StrCat("uncaught exception: ", e.what()));
+  } catch (...) {
+    FatalG("uncaught exception of a type not derived from std::exception");
+  }
+  g->fn = nullptr;  // destroy the captures while the goroutine still runs
+  M* m = CurrentM();
+  m->request = SwitchRequest::kExit;
+  arch::SwitchContext(&g->ctx, &m->g0ctx);
+  Fatal("GoroutineMain: a dead goroutine was resumed");
+}
+
+void SwitchToG0(M* m, G* g, SwitchRequest req) {
+  m->request = req;
+  arch::SwitchContext(&g->ctx, &m->g0ctx);
+}
+
+}  // namespace
+
+void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
+  M* m = CurrentM();
+  if (m == nullptr || m->curg == nullptr) {
+    if (m != nullptr) Fatal("Park called on g0");
+    G* g = ExternalG();
+    g->note.Clear();
+    g->wait_reason = reason;
+    g->wait_since = Nanotime();
+    g->status.store(GStatus::kWaiting, std::memory_order_release);
+    if (commit != nullptr && !commit(g, arg)) {
+      g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+      return;
+    }
+    g->note.Sleep();
+    g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+    g->wait_reason = WaitReason::kNone;
+    return;
+  }
+  G* g = m->curg;
+  g->wait_reason = reason;
+  g->wait_since = Nanotime();
+  m->park_commit = commit;
+  m->park_arg = arg;
+  SwitchToG0(m, g, SwitchRequest::kPark);
+  g->wait_reason = WaitReason::kNone;
+}
+
+void Ready(G* g) {
+  GStatus want = GStatus::kWaiting;
+  if (!g->status.compare_exchange_strong(want, GStatus::kRunnable, std::memory_order_acq_rel)) {
+    Fatal(absl::StrCat("Ready: goroutine ", g->id, " is not waiting (status ",
+                       static_cast<int>(want), ")"));
+  }
+  if (g->external) {
+    g->note.Wakeup();
+    return;
+  }
+  M* m = CurrentM();
+  if (m != nullptr && m->p != nullptr) {
+    RunqPut(m->p, g, true);
+  } else {
+    absl::MutexLock lock(&sched.mu);
+    GlobrunqPutLocked(g);
+  }
+  WakeP();
+}
+
+void YieldNow() {
+  M* m = CurrentM();
+  if (m == nullptr || m->curg == nullptr) {
+    sched_yield();
+    return;
+  }
+  SwitchToG0(m, m->curg, SwitchRequest::kYield);
+}
+
+void WakeForTimer(int64_t when) {
+  int64_t until = sched.poll_until.load();
+  if (until != 0) {
+    if (when < until) {
+      absl::MutexLock lock(&sched.mu);
+      if (sched.timer_sleeper != nullptr) sched.timer_sleeper->park.Wakeup();
+    }
+    return;
+  }
+  WakeP();
+}
+
+namespace {
+
+void NewProc(absl::AnyInvocable<void() &&> fn) {
+  M* m = CurrentM();
+  P* p = m != nullptr ? m->p : nullptr;
+  G* g = p != nullptr ? GfreeGet(p) : nullptr;
+  if (g == nullptr) g = new G();
+  g->fn = std::move(fn);
+  g->stackguard0.store(0, std::memory_order_relaxed);
+  g->select_done.store(0, std::memory_order_relaxed);
+  g->param = nullptr;
+  g->wait_reason = WaitReason::kNone;
+  if (p != nullptr) {
+    if (p->goid_next == p->goid_end) {
+      p->goid_next = sched.next_goid.fetch_add(kGoidBatch, std::memory_order_relaxed);
+      p->goid_end = p->goid_next + kGoidBatch;
+    }
+    g->id = p->goid_next++;
+    p->created.fetch_add(1, std::memory_order_relaxed);
+    g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    RunqPut(p, g, true);
+  } else {
+    g->id = sched.next_goid.fetch_add(1, std::memory_order_relaxed);
+    sched.created_off_p.fetch_add(1, std::memory_order_relaxed);
+    g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    absl::MutexLock lock(&sched.mu);
+    GlobrunqPutLocked(g);
+  }
+  WakeP();
+}
+
+}  // namespace
+
+void EnsureStarted(const Options& opts) {
+  if (sched.started.load(std::memory_order_acquire)) return;
+  static absl::Mutex start_mu(absl::kConstInit);
+  absl::MutexLock lock(&start_mu);
+  if (sched.started.load(std::memory_order_relaxed)) return;
+
+  EnvSettings env = ReadEnvironment();
+  Options o = opts;
+  if (o.max_procs <= 0) {
+    o.max_procs = env.max_procs > 0 ? env.max_procs
+                                    : std::max(1u, std::thread::hardware_concurrency());
+  }
+  if (env.time_slice.has_value()) o.time_slice = *env.time_slice;
+  if (env.async_preempt_off) o.async_preemption = false;
+  if (o.stack_size < 64 * 1024) o.stack_size = 64 * 1024;
+  sched.opts = o;
+  sched.nprocs = o.max_procs;
+  StackInitGlobal(o.stack_size);
+  InstallSignalHandlers();
+  {
+    absl::MutexLock sl(&sched.mu);
+    for (int i = 0; i < sched.nprocs; ++i) {
+      P* p = new P();
+      p->id = i;
+      sched.allp.push_back(p);
+    }
+    for (int i = sched.nprocs - 1; i >= 0; --i) PidlePutLocked(sched.allp[i]);
+  }
+  sched.started.store(true, std::memory_order_release);
+}
+
+}  // namespace goro::internal
+
+// ---------------------------------------------------------------------------
+// The public API.
+
+namespace goro {
+
+using internal::sched;
+
+void Go(absl::AnyInvocable<void() &&> fn) {
+  internal::EnsureStarted(Options{});
+  internal::NewProc(std::move(fn));
+}
+
+void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
+  internal::EnsureStarted(opts);
+  bool from_thread = !internal::OnGoroutine();
+  WaitGroup done;
+  done.Add(1);
+  if (from_thread) {
+    absl::MutexLock lock(&sched.mu);
+    sched.run_waiters++;
+  }
+  internal::NewProc([&fn, &done, from_thread]() mutable {
+    std::move(fn)();
+    if (from_thread) {
+      // Stop counting as a waiter while this goroutine still runs, so that no
+      // M can see the caller waiting after its goroutine has finished.
+      absl::MutexLock lock(&sched.mu);
+      sched.run_waiters--;
+    }
+    done.Done();
+  });
+  done.Wait();
+}
+
+void Yield() { internal::YieldNow(); }
+
+void Checkpoint() {
+  internal::M* m = internal::CurrentM();
+  if (m == nullptr || m->curg == nullptr) return;
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t guard = m->curg->stackguard0.load(std::memory_order_relaxed);
+  if (sp >= guard) return;
+  if (guard == internal::kStackPreempt) {
+    m->curg->stackguard0.store(m->curg->stack.lo + internal::kStackGuardMargin,
+                               std::memory_order_relaxed);
+    internal::YieldNow();
+    return;
+  }
+  internal::FatalG("stack overflow");
+}
+
+int64_t GoroutineId() {
+  internal::M* m = internal::CurrentM();
+  return m != nullptr && m->curg != nullptr ? m->curg->id : 0;
+}
+
+Stats GetStats() {
+  Stats s;
+  if (!sched.started.load(std::memory_order_acquire)) return s;
+  uint64_t created = sched.created_off_p.load(std::memory_order_relaxed);
+  uint64_t exited = 0;
+  for (internal::P* p : sched.allp) {
+    created += p->created.load(std::memory_order_relaxed);
+    exited += p->exited.load(std::memory_order_relaxed);
+    s.steals += p->steals.load(std::memory_order_relaxed);
+  }
+  s.goroutines_created = created;
+  s.goroutines_live = static_cast<int64_t>(created - exited);
+  s.procs = sched.nprocs;
+  absl::MutexLock lock(&sched.mu);
+  s.threads = sched.mcount;
+  return s;
+}
+
+}  // namespace goro

@@ -1,0 +1,254 @@
+// The runtime's internal types: G (goroutine), M (OS thread), P (processor),
+// the global scheduler state, and the calls the rest of core/ makes into the
+// scheduler. The design is explained in the essay at the top of core/proc.cc.
+#ifndef GORO_CORE_RUNTIME_H_
+#define GORO_CORE_RUNTIME_H_
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "arch/context.h"
+#include "core/lock.h"
+#include "core/note.h"
+#include "core/runq.h"
+#include "goro/runtime.h"
+
+namespace goro::internal {
+
+struct M;
+struct P;
+struct Timer;
+
+// Monotonic nanoseconds (CLOCK_MONOTONIC); the runtime's clock.
+int64_t Nanotime();
+
+// A goroutine's status. The comments say who owns the G in each state.
+enum class GStatus : uint32_t {
+  // Allocated, not yet started or already finished and on a free list;
+  // owned by the free list or by the spawner.
+  kIdle,
+  // On a run queue (or about to be put on one), not running; owned by the
+  // queue. Its stack, if it has one, holds a SwitchFrame.
+  kRunnable,
+  // Running on an M (g->m); owns its stack; on no run queue.
+  kRunning,
+  // Parked; owned by whatever will Ready it (a channel, a semaphore, a
+  // timer). Its stack holds a SwitchFrame.
+  kWaiting,
+  // Returned from its function; being recycled by g0.
+  kDead,
+};
+
+// Why a goroutine is waiting; printed by dumps.
+enum class WaitReason : uint8_t {
+  kNone,
+  kChanReceive,
+  kChanSend,
+  kChanReceiveNilChan,
+  kChanSendNilChan,
+  kSelect,
+  kSelectNoCases,
+  kSleep,
+  kSyncMutexLock,
+  kWaitGroupWait,
+  kCondVarWait,
+  kSemacquire,
+  kRunWait,
+};
+const char* WaitReasonString(WaitReason r);
+
+// A goroutine stack: usable memory [lo, hi); a guard page lies below lo.
+struct Stack {
+  uintptr_t lo = 0;
+  uintptr_t hi = 0;
+};
+
+// Room below stackguard0 that runtime code may still use after a check.
+inline constexpr uintptr_t kStackGuardMargin = 16 * 1024;
+// Stored in stackguard0 to ask a goroutine to yield at its next check; larger
+// than any stack pointer, so every check fails into the slow path.
+inline constexpr uintptr_t kStackPreempt = ~uintptr_t{0} - 1313;
+
+struct G {
+  // Checked by Checkpoint() and runtime entries: sp < stackguard0 means the
+  // stack is nearly exhausted or a preemption was requested. Written by the
+  // owner and (later) by sysmon; hence atomic.
+  std::atomic<uintptr_t> stackguard0{0};
+  arch::Context ctx;  // saved registers while not running
+  Stack stack;        // {0,0} until first run: a G that has not started has no stack
+  std::atomic<GStatus> status{GStatus::kIdle};
+  int64_t id = 0;
+  M* m = nullptr;  // the M running it; set by Execute, cleared on switch-out
+  absl::AnyInvocable<void() &&> fn;
+  WaitReason wait_reason = WaitReason::kNone;
+  int64_t wait_since = 0;  // Nanotime() when it parked
+  G* sched_link = nullptr;  // global run queue and free lists
+  // Select: set to 1 by the first channel operation that completes one of the
+  // G's select cases; others that find it set skip the G. `param` carries the
+  // winning waiter to the woken G.
+  std::atomic<uint32_t> select_done{0};
+  void* param = nullptr;
+  // A plain thread's stand-in G (see ExternalG); parks on `note`.
+  bool external = false;
+  Note note;
+};
+
+// What a goroutine asks g0 to do when it switches to it.
+enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kExit };
+
+struct M {
+  arch::Context g0ctx;  // the scheduler context on the thread's own stack
+  G* curg = nullptr;    // the running goroutine, or nullptr on g0
+  P* p = nullptr;       // the attached P, or nullptr when idle
+  P* next_p = nullptr;  // the P handed to this M by whoever woke it
+  int64_t id = 0;
+  bool spinning = false;  // looking for work; counted in Sched::nmspinning
+  Note park;              // sleeps here while idle
+  M* sched_link = nullptr;  // idle list, guarded by sched.mu
+  // Request from curg to g0, with its argument: for kPark, `commit` runs on
+  // g0 after the G's context is saved; false resumes the G at once.
+  SwitchRequest request = SwitchRequest::kNone;
+  bool (*park_commit)(G*, void*) = nullptr;
+  void* park_arg = nullptr;
+  uint64_t rand_state = 0;
+  pthread_t thread{};
+  pid_t tid = 0;
+  void* altstack = nullptr;  // sigaltstack memory
+  size_t altstack_size = 0;
+};
+
+inline constexpr int kStackCacheSize = 32;
+inline constexpr int kGoidBatch = 16;
+
+struct P {
+  int32_t id = 0;
+  // kIdle: on sched.pidle, no M. kRunning: owned by p->m.
+  enum class Status : uint8_t { kIdle, kRunning } status = Status::kIdle;
+  M* m = nullptr;
+  P* link = nullptr;       // idle list, guarded by sched.mu
+  uint32_t schedtick = 0;  // incremented when a G starts a new time slice; owner only
+  RunQueue runq;
+
+  // Timers whose goroutines last ran here: a binary min-heap by `when`.
+  SpinLock timers_lock;
+  std::vector<Timer*> timers;  // guarded by timers_lock
+  // The earliest `when` in the heap, 0 if empty; read without the lock.
+  std::atomic<int64_t> timer0_when{0};
+
+  // Caches used only by the owner.
+  Stack stack_cache[kStackCacheSize];
+  int stack_cache_n = 0;
+  G* gfree = nullptr;
+  int gfree_n = 0;
+  int64_t goid_next = 0, goid_end = 0;
+  // Counters written by the owner, summed by GetStats.
+  std::atomic<uint64_t> created{0};
+  std::atomic<uint64_t> exited{0};
+  std::atomic<uint64_t> steals{0};
+};
+
+struct Sched {
+  absl::Mutex mu;
+  // Global run queue.
+  G* runq_head ABSL_GUARDED_BY(mu) = nullptr;
+  G* runq_tail ABSL_GUARDED_BY(mu) = nullptr;
+  std::atomic<int32_t> runq_size{0};  // written under mu; read racily as a hint
+  // Idle Ms and Ps.
+  M* midle ABSL_GUARDED_BY(mu) = nullptr;
+  int nmidle ABSL_GUARDED_BY(mu) = 0;
+  int mcount ABSL_GUARDED_BY(mu) = 0;
+  P* pidle ABSL_GUARDED_BY(mu) = nullptr;
+  std::atomic<int32_t> npidle{0};  // written under mu
+  std::atomic<int32_t> nmspinning{0};
+  // The M sleeping until the next timer (not on midle), and when it wakes.
+  M* timer_sleeper ABSL_GUARDED_BY(mu) = nullptr;
+  std::atomic<int64_t> poll_until{0};
+  // Threads blocked in Run() waiting for their goroutine; deadlock is
+  // reported only while this is positive.
+  int run_waiters ABSL_GUARDED_BY(mu) = 0;
+  // Free Gs shared between Ps.
+  SpinLock gfree_lock;
+  G* gfree = nullptr;  // guarded by gfree_lock
+  int gfree_n = 0;     // guarded by gfree_lock
+
+  std::vector<P*> allp;  // fixed after start
+  int nprocs = 0;
+  Options opts;
+  std::atomic<bool> started{false};
+  std::atomic<int64_t> next_goid{1};
+  std::atomic<int64_t> next_mid{1};
+  std::atomic<uint64_t> created_off_p{0};   // goroutines made by plain threads
+  std::atomic<uint64_t> exited_off_p{0};
+};
+
+extern Sched sched;
+
+// The M of the calling thread, or nullptr on a plain thread. Never inlined, so
+// the thread-local address is computed afresh at each call: a goroutine may
+// resume on another thread after any switch.
+M* CurrentM();
+// The running goroutine, or the calling plain thread's stand-in G (external).
+G* CurrentG();
+// True on a goroutine (not on g0, not on a plain thread).
+bool OnGoroutine();
+
+// Starts the runtime if it has not started, with `opts` (and the environment).
+void EnsureStarted(const Options& opts);
+
+// Parks the current goroutine (or plain thread): after its context is saved,
+// commit(g, arg) runs on g0; if it returns false the goroutine resumes at once.
+// Whoever will wake it calls Ready exactly once. Used with a lock held that
+// `commit` releases, so a waker that takes the lock sees a fully parked G.
+void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg);
+// Makes a waiting goroutine runnable: into the current P's runnext, or the
+// global run queue off a P; for a plain thread's stand-in, wakes the thread.
+void Ready(G* g);
+// Puts the current goroutine at the tail of its P's run queue and schedules.
+void YieldNow();
+
+// A uniformly distributed random number for the calling thread.
+uint32_t FastRand();
+uint32_t FastRandN(uint32_t n);
+
+// Timers (core/timer.cc). A Timer calls f(t) on some M with a P, holding the
+// heap's lock, at or after `when`. f must not block or park.
+struct Timer {
+  int64_t when = 0;
+  void (*f)(Timer*) = nullptr;
+  void* arg = nullptr;
+  P* p = nullptr;       // whose heap holds it
+  int32_t index = -1;   // position in p->timers, -1 when not in a heap
+};
+void AddTimer(Timer* t);
+// Removes t if it has not fired. On return t's callback is not running and
+// will not run. Returns true if it was removed before firing.
+bool DelTimer(Timer* t);
+// Runs p's expired timers; returns the earliest remaining `when` (0: none).
+int64_t RunTimers(P* p, int64_t now);
+// The earliest timer over all Ps (0: none).
+int64_t EarliestTimer();
+// Tells the scheduler a timer at `when` was added (wakes a sleeping M if needed).
+void WakeForTimer(int64_t when);
+
+// Stacks (core/stack.cc).
+Stack StackAlloc(P* p);
+void StackFree(P* p, Stack s);
+void StackInitGlobal(size_t stack_size);
+// Which guard the stacks use: "madvise-guard" or "mprotect".
+const char* StackGuardKind();
+
+// Signals (signals/signals.cc).
+void InstallSignalHandlers();
+void MInitSignals(M* m);  // on a new M's thread: sigaltstack
+
+}  // namespace goro::internal
+
+#endif  // GORO_CORE_RUNTIME_H_

@@ -1,0 +1,199 @@
+// Timers: a binary min-heap per P, ordered by `when`, under the P's timer lock.
+//
+// A timer goes on the heap of the P that adds it and stays there until it
+// fires or is deleted (Ps never go away, so t->p stays valid). Whoever runs a
+// P's timers - its own M in FindRunnable, or a thief on its last stealing pass
+// - pops the expired ones and calls them with the lock held, which is what
+// lets DelTimer promise that a callback is not running once it returns.
+// p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
+// without taking its lock.
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "core/chan_internal.h"
+#include "core/fatal.h"
+#include "core/runtime.h"
+#include "goro/timer.h"
+
+namespace goro::internal {
+
+namespace {
+
+bool Less(const Timer* a, const Timer* b) { return a->when < b->when; }
+
+void Place(std::vector<Timer*>& h, size_t i, Timer* t) {
+  h[i] = t;
+  t->index = static_cast<int32_t>(i);
+}
+
+void SiftUp(std::vector<Timer*>& h, size_t i) {
+  Timer* t = h[i];
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!Less(t, h[parent])) break;
+    Place(h, i, h[parent]);
+    i = parent;
+  }
+  Place(h, i, t);
+}
+
+void SiftDown(std::vector<Timer*>& h, size_t i) {
+  Timer* t = h[i];
+  size_t n = h.size();
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && Less(h[c + 1], h[c])) ++c;
+    if (!Less(h[c], t)) break;
+    Place(h, i, h[c]);
+    i = c;
+  }
+  Place(h, i, t);
+}
+
+void RemoveAt(P* p, size_t i) {
+  std::vector<Timer*>& h = p->timers;
+  h[i]->index = -1;
+  Timer* last = h.back();
+  h.pop_back();
+  if (i < h.size()) {
+    Place(h, i, last);
+    SiftDown(h, i);
+    SiftUp(h, last->index);
+  }
+}
+
+void UpdateTimer0(P* p) {
+  p->timer0_when.store(p->timers.empty() ? 0 : p->timers[0]->when, std::memory_order_seq_cst);
+}
+
+}  // namespace
+
+void AddTimer(Timer* t) {
+  M* m = CurrentM();
+  P* p = m != nullptr && m->p != nullptr ? m->p : sched.allp[FastRandN(sched.nprocs)];
+  if (t->when <= 0) t->when = 1;  // 0 means "no timer" in timer0_when
+  t->p = p;
+  p->timers_lock.Lock();
+  p->timers.push_back(t);
+  SiftUp(p->timers, p->timers.size() - 1);
+  UpdateTimer0(p);
+  p->timers_lock.Unlock();
+  WakeForTimer(t->when);
+}
+
+bool DelTimer(Timer* t) {
+  P* p = t->p;
+  if (p == nullptr) return false;
+  p->timers_lock.Lock();
+  bool removed = t->index >= 0;
+  if (removed) {
+    RemoveAt(p, t->index);
+    UpdateTimer0(p);
+  }
+  p->timers_lock.Unlock();
+  return removed;
+}
+
+int64_t RunTimers(P* p, int64_t now) {
+  int64_t first = p->timer0_when.load(std::memory_order_relaxed);
+  if (first == 0 || first > now) return first;
+  if (!p->timers_lock.TryLock()) return first;  // someone else is running them
+  while (!p->timers.empty() && p->timers[0]->when <= now) {
+    Timer* t = p->timers[0];
+    RemoveAt(p, 0);
+    t->f(t);
+  }
+  UpdateTimer0(p);
+  int64_t next = p->timer0_when.load(std::memory_order_relaxed);
+  p->timers_lock.Unlock();
+  return next;
+}
+
+int64_t EarliestTimer() {
+  int64_t next = 0;
+  for (P* p : sched.allp) {
+    int64_t w = p->timer0_when.load(std::memory_order_seq_cst);
+    if (w != 0 && (next == 0 || w < next)) next = w;
+  }
+  return next;
+}
+
+namespace {
+
+int64_t ToMonotonic(absl::Time t) {
+  absl::Duration d = t - absl::Now();
+  if (d <= absl::ZeroDuration()) return Nanotime();
+  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
+  return Nanotime() + absl::ToInt64Nanoseconds(d);
+}
+
+void ReadyTimerG(Timer* t) { Ready(static_cast<G*>(t->arg)); }
+
+bool CommitSleep(G* g, void* arg) {
+  AddTimer(static_cast<Timer*>(arg));
+  return true;
+}
+
+void SleepUntilNanos(int64_t when) {
+  if (!OnGoroutine()) {
+    int64_t left = when - Nanotime();
+    if (left > 0) absl::SleepFor(absl::Nanoseconds(left));
+    return;
+  }
+  Timer t;
+  t.when = when;
+  t.f = ReadyTimerG;
+  t.arg = CurrentG();
+  Park(WaitReason::kSleep, CommitSleep, &t);
+}
+
+// The state of an After timer: owned by the timer until it fires.
+struct AfterTimer {
+  Timer timer;
+  Chan<absl::Time> ch{1};
+};
+
+void FireAfter(Timer* t) {
+  auto* a = static_cast<AfterTimer*>(t->arg);
+  absl::Time now = absl::Now();
+  // Nobody else sends on this channel and its buffer holds one, so the offer
+  // only fails if a user closed the channel; then the value is dropped.
+  ChanOffer(a->ch.core(), &now);
+  delete a;
+}
+
+}  // namespace
+
+}  // namespace goro::internal
+
+namespace goro {
+
+void SleepFor(absl::Duration d) {
+  internal::EnsureStarted(Options{});
+  if (d <= absl::ZeroDuration()) {
+    Yield();
+    return;
+  }
+  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
+  internal::SleepUntilNanos(internal::Nanotime() + absl::ToInt64Nanoseconds(d));
+}
+
+void SleepUntil(absl::Time t) {
+  internal::EnsureStarted(Options{});
+  internal::SleepUntilNanos(internal::ToMonotonic(t));
+}
+
+Chan<absl::Time> After(absl::Duration d) {
+  internal::EnsureStarted(Options{});
+  auto* a = new internal::AfterTimer();
+  Chan<absl::Time> ch = a->ch;
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  a->timer.when = internal::Nanotime() + absl::ToInt64Nanoseconds(d);
+  a->timer.f = internal::FireAfter;
+  a->timer.arg = a;
+  internal::AddTimer(&a->timer);
+  return ch;
+}
+
+}  // namespace goro

@@ -1,0 +1,117 @@
+// Signal handling for goro. The handlers in this file run in signal context:
+// they call only async-signal-safe functions and read only data computed
+// before the signal arrived (the M and G records, the stack bounds).
+//
+//   SIGSEGV/SIGBUS  A fault in the guard page of the running goroutine's stack
+//                   is reported as "goroutine N: stack overflow" and aborts.
+//                   Any other fault goes to the handler installed before ours,
+//                   or to the default action. The handler runs on the M's
+//                   alternate signal stack, because the goroutine's stack is
+//                   exactly what has run out.
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/fatal.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+namespace {
+
+struct sigaction previous_segv;
+struct sigaction previous_bus;
+
+// Formats v in decimal into buf (no allocation); returns the length.
+size_t FormatDecimal(char* buf, int64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  bool neg = v < 0;
+  uint64_t u = neg ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  do {
+    tmp[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  size_t len = 0;
+  if (neg) buf[len++] = '-';
+  while (n > 0) buf[len++] = tmp[--n];
+  return len;
+}
+
+void ForwardSignal(int sig, siginfo_t* info, void* uctx, const struct sigaction& prev) {
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction != nullptr) {
+      prev.sa_sigaction(sig, info, uctx);
+      return;
+    }
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // Default action: restore it and return, so the faulting instruction runs
+  // again and the kernel kills the process with the right signal and core.
+  signal(sig, SIG_DFL);
+}
+
+void FaultHandler(int sig, siginfo_t* info, void* uctx) {
+  int saved_errno = errno;
+  M* m = CurrentM();
+  G* g = m != nullptr ? m->curg : nullptr;
+  uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (g != nullptr && g->stack.lo != 0) {
+    uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    // The guard page, or a large frame that jumped a little past it.
+    if (addr < g->stack.lo + page && addr + 64 * page >= g->stack.lo) {
+      char msg[160];
+      size_t n = 0;
+      auto put = [&](const char* s) {
+        size_t l = strlen(s);
+        memcpy(msg + n, s, l);
+        n += l;
+      };
+      put("fatal error: goroutine ");
+      n += FormatDecimal(msg + n, g->id);
+      put(": stack overflow (stack of ");
+      n += FormatDecimal(msg + n, static_cast<int64_t>(g->stack.hi - g->stack.lo));
+      put(" bytes exhausted)\n");
+      WriteStderr(absl::string_view(msg, n));
+      signal(SIGABRT, SIG_DFL);
+      abort();
+    }
+  }
+  errno = saved_errno;
+  ForwardSignal(sig, info, uctx, sig == SIGSEGV ? previous_segv : previous_bus);
+}
+
+}  // namespace
+
+void InstallSignalHandlers() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = FaultHandler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &previous_segv);
+  sigaction(SIGBUS, &sa, &previous_bus);
+}
+
+void MInitSignals(M* m) {
+  size_t size = std::max<size_t>(64 * 1024, static_cast<size_t>(sysconf(_SC_SIGSTKSZ)));
+  void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) Fatal("cannot allocate a signal stack for a new thread");
+  // Pre-fault it: a handler must not take page faults on a nearly full system.
+  memset(mem, 0, size);
+  stack_t ss;
+  ss.ss_sp = mem;
+  ss.ss_size = size;
+  ss.ss_flags = 0;
+  if (sigaltstack(&ss, nullptr) != 0) Fatal("sigaltstack failed for a new thread");
+  m->altstack = mem;
+  m->altstack_size = size;
+}
+
+}  // namespace goro::internal

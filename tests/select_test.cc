@@ -1,0 +1,429 @@
+// Select: Go's select statement.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::Eventually;
+using goro_test::Now;
+using goro_test::RunBounded;
+using goro_test::Since;
+using goro_test::Watchdog;
+
+// ---------------------------------------------------------------------------
+// Non-blocking select (with a default case).
+
+TEST(SelectTest, DefaultIsChosenWhenNothingIsReady) {
+  RunBounded([] {
+    goro::Chan<int> empty_buffered(1), unbuffered, full(1);
+    full.Send(1);
+    std::optional<int> r1, r2;
+    int v1 = 10, v2 = 20;
+    int idx = goro::Select(goro::OnRecv(empty_buffered, &r1), goro::OnRecv(unbuffered, &r2),
+                           goro::OnSend(unbuffered, &v1), goro::OnSend(full, &v2),
+                           goro::OnDefault());
+    EXPECT_EQ(idx, 4);
+    EXPECT_FALSE(r1.has_value());
+    EXPECT_FALSE(r2.has_value());
+    EXPECT_EQ(full.size(), 1u);
+    EXPECT_EQ(empty_buffered.size(), 0u);
+  });
+}
+
+TEST(SelectTest, DefaultIsNeverChosenWhenACaseIsReady) {
+  RunBounded([] {
+    goro::Chan<int> c(1);
+    std::optional<int> r;
+    int defaults = 0, wrong_value = 0;
+    for (int i = 0; i < 2000; ++i) {
+      c.Send(i);
+      // Default first in argument order: being first must not make it win.
+      int idx = goro::Select(goro::OnDefault(), goro::OnRecv(c, &r));
+      if (idx != 1) ++defaults;
+      if (idx == 1 && r != std::optional<int>(i)) ++wrong_value;
+    }
+    EXPECT_EQ(defaults, 0);
+    EXPECT_EQ(wrong_value, 0);
+    EXPECT_EQ(c.size(), 0u);
+  });
+}
+
+TEST(SelectTest, SendCaseIsReadyWhileTheBufferHasRoom) {
+  RunBounded([] {
+    goro::Chan<int> c(2);
+    int v = 1;
+    EXPECT_EQ(goro::Select(goro::OnSend(c, &v), goro::OnDefault()), 0);
+    v = 2;
+    EXPECT_EQ(goro::Select(goro::OnSend(c, &v), goro::OnDefault()), 0);
+    v = 3;
+    EXPECT_EQ(goro::Select(goro::OnSend(c, &v), goro::OnDefault()), 1) << "sent into a full buffer";
+    EXPECT_EQ(c.size(), 2u);
+    EXPECT_EQ(c.Recv().value_or(-1), 1);
+    EXPECT_EQ(c.Recv().value_or(-1), 2);
+  });
+}
+
+TEST(SelectTest, UnbufferedSendCaseIsReadyWhenAReceiverWaits) {
+  RunBounded([] {
+    goro::Chan<int> c;
+    std::atomic<int> got{-1};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      got = c.Recv().value_or(-2);
+      wg.Done();
+    });
+    int v = 99;
+    // Retry until the receiver is parked; each miss must take the default.
+    bool sent = Eventually([&] { return goro::Select(goro::OnSend(c, &v), goro::OnDefault()) == 0; });
+    EXPECT_TRUE(sent);
+    wg.Wait();
+    EXPECT_EQ(got.load(), 99);
+  });
+}
+
+TEST(SelectTest, UnbufferedRecvCaseIsReadyWhenASenderWaits) {
+  RunBounded([] {
+    goro::Chan<int> c;
+    goro::Go([c]() mutable { c.Send(17); });
+    std::optional<int> r;
+    bool received =
+        Eventually([&] { return goro::Select(goro::OnRecv(c, &r), goro::OnDefault()) == 0; });
+    EXPECT_TRUE(received);
+    EXPECT_EQ(r, std::optional<int>(17));
+  });
+}
+
+TEST(SelectTest, ClosedChannelCaseIsReady) {
+  RunBounded([] {
+    goro::Chan<int> closed, open;
+    closed.Close();
+    std::optional<int> r1 = 5, r2;
+    EXPECT_EQ(goro::Select(goro::OnRecv(closed, &r1), goro::OnDefault()), 0);
+    EXPECT_FALSE(r1.has_value()) << "a receive from a closed channel yields nullopt";
+    // Blocking form: the closed channel is chosen at once.
+    EXPECT_EQ(goro::Select(goro::OnRecv(open, &r2), goro::OnRecv(closed, &r1)), 1);
+    EXPECT_FALSE(r1.has_value());
+    EXPECT_FALSE(r2.has_value());
+  });
+}
+
+TEST(SelectTest, ClosedBufferedChannelYieldsItsValuesFirst) {
+  RunBounded([] {
+    goro::Chan<int> c(2);
+    c.Send(1);
+    c.Send(2);
+    c.Close();
+    std::optional<int> r;
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &r), goro::OnDefault()), 0);
+    EXPECT_EQ(r, std::optional<int>(1));
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &r), goro::OnDefault()), 0);
+    EXPECT_EQ(r, std::optional<int>(2));
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &r), goro::OnDefault()), 0);
+    EXPECT_EQ(r, std::nullopt);
+  });
+}
+
+TEST(SelectTest, MoveOnlyValueIsMovedOnlyWhenItsCaseIsChosen) {
+  RunBounded([] {
+    goro::Chan<std::unique_ptr<int>> c(1);
+    c.Send(std::make_unique<int>(1));  // now full
+    auto p = std::make_unique<int>(2);
+    EXPECT_EQ(goro::Select(goro::OnSend(c, &p), goro::OnDefault()), 1);
+    ASSERT_NE(p, nullptr) << "the value of a send case that was not chosen was moved from";
+    EXPECT_EQ(*p, 2);
+    std::optional<std::unique_ptr<int>> r;
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &r), goro::OnDefault()), 0);
+    ASSERT_TRUE(r.has_value() && *r != nullptr);
+    EXPECT_EQ(**r, 1);
+    EXPECT_EQ(goro::Select(goro::OnSend(c, &p), goro::OnDefault()), 0);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(*c.Recv().value(), 2);
+  });
+}
+
+TEST(SelectTest, SameChannelInTwoCasesDeliversOnce) {
+  RunBounded([] {
+    goro::Chan<int> c(1);
+    int counts[2] = {0, 0};
+    int bad = 0;
+    for (int i = 0; i < 1000; ++i) {
+      c.Send(i);
+      std::optional<int> a, b;
+      int idx = goro::Select(goro::OnRecv(c, &a), goro::OnRecv(c, &b), goro::OnDefault());
+      if (idx == 0 && a == std::optional<int>(i) && !b) {
+        ++counts[0];
+      } else if (idx == 1 && b == std::optional<int>(i) && !a) {
+        ++counts[1];
+      } else {
+        ++bad;
+      }
+      if (c.size() != 0) ++bad;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_GT(counts[0], 0);
+    EXPECT_GT(counts[1], 0);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Blocking select.
+
+TEST(SelectTest, BlockingSelectWakesOnEitherChannel) {
+  RunBounded([] {
+    for (int which = 0; which < 2; ++which) {
+      goro::Chan<int> a, b;
+      goro::Go([a, b, which]() mutable {
+        goro::SleepFor(absl::Milliseconds(20));
+        (which == 0 ? a : b).Send(100 + which);
+      });
+      std::optional<int> ra, rb;
+      int idx = goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb));
+      EXPECT_EQ(idx, which);
+      EXPECT_EQ(which == 0 ? ra : rb, std::optional<int>(100 + which));
+      EXPECT_FALSE((which == 0 ? rb : ra).has_value());
+    }
+  });
+}
+
+TEST(SelectTest, BlockingSendCaseWakesWhenAReceiverArrives) {
+  RunBounded([] {
+    goro::Chan<int> out, in;
+    std::atomic<int> got{-1};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      goro::SleepFor(absl::Milliseconds(20));
+      got = out.Recv().value_or(-2);
+      wg.Done();
+    });
+    int v = 5;
+    std::optional<int> r;
+    EXPECT_EQ(goro::Select(goro::OnRecv(in, &r), goro::OnSend(out, &v)), 1);
+    wg.Wait();
+    EXPECT_EQ(got.load(), 5);
+  });
+}
+
+TEST(SelectTest, CloseWakesABlockedSelect) {
+  RunBounded([] {
+    goro::Chan<int> a, b;
+    goro::Go([b]() mutable {
+      goro::SleepFor(absl::Milliseconds(20));
+      b.Close();
+    });
+    std::optional<int> ra, rb = 1;
+    EXPECT_EQ(goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb)), 1);
+    EXPECT_FALSE(rb.has_value());
+  });
+}
+
+TEST(SelectTest, SelectWithOnlyNilChannelsOrNoCasesBlocksForever) {
+  auto nil_returned = std::make_shared<std::atomic<bool>>(false);
+  auto empty_returned = std::make_shared<std::atomic<bool>>(false);
+  RunBounded([&] {
+    goro::Go([nil_returned] {
+      goro::Chan<int> nil(nullptr);
+      std::optional<int> r;
+      int v = 1;
+      goro::Select(goro::OnRecv(nil, &r), goro::OnSend(nil, &v));
+      *nil_returned = true;
+    });
+    goro::Go([empty_returned] {
+      goro::Select();
+      *empty_returned = true;
+    });
+    goro::SleepFor(absl::Milliseconds(200));
+  });
+  EXPECT_FALSE(nil_returned->load());
+  EXPECT_FALSE(empty_returned->load());
+}
+
+TEST(SelectTest, TimeoutWithAfter) {
+  RunBounded([] {
+    goro::Chan<int> never;
+    auto timeout = goro::After(absl::Milliseconds(30));
+    std::optional<int> r;
+    std::optional<absl::Time> fired;
+    auto start = Now();
+    int idx = goro::Select(goro::OnRecv(never, &r), goro::OnRecv(timeout, &fired));
+    absl::Duration waited = Since(start);
+    EXPECT_EQ(idx, 1);
+    EXPECT_TRUE(fired.has_value());
+    EXPECT_GE(waited, absl::Milliseconds(30));
+    EXPECT_LT(waited, absl::Seconds(5));
+  });
+}
+
+TEST(SelectTest, ValueBeatsALongTimeout) {
+  RunBounded([] {
+    goro::Chan<int> c;
+    goro::Go([c]() mutable {
+      goro::SleepFor(absl::Milliseconds(10));
+      c.Send(3);
+    });
+    auto timeout = goro::After(absl::Seconds(20));
+    std::optional<int> r;
+    std::optional<absl::Time> fired;
+    auto start = Now();
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &r), goro::OnRecv(timeout, &fired)), 0);
+    EXPECT_EQ(r, std::optional<int>(3));
+    EXPECT_FALSE(fired.has_value());
+    EXPECT_LT(Since(start), absl::Seconds(10));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Fairness: among ready cases the choice is uniformly random.
+
+TEST(SelectTest, FairBetweenTwoAlwaysReadyClosedChannels) {
+  RunBounded([] {
+    constexpr int kSelects = 10000;
+    goro::Chan<int> a, b;
+    a.Close();
+    b.Close();
+    int counts[2] = {0, 0};
+    std::optional<int> ra, rb;
+    for (int i = 0; i < kSelects; ++i) {
+      int idx = goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb));
+      ASSERT_TRUE(idx == 0 || idx == 1) << idx;
+      ++counts[idx];
+    }
+    // Uniform choice: mean 5000, standard deviation 50; 40%..60% is 20 sigma.
+    EXPECT_GE(counts[0], kSelects * 4 / 10) << counts[0] << " vs " << counts[1];
+    EXPECT_LE(counts[0], kSelects * 6 / 10) << counts[0] << " vs " << counts[1];
+  });
+}
+
+TEST(SelectTest, FairBetweenTwoReadyBufferedChannels) {
+  RunBounded([] {
+    constexpr int kSelects = 10000;
+    goro::Chan<int> a(1), b(1);
+    a.Send(0);
+    b.Send(1);
+    int counts[2] = {0, 0};
+    int bad = 0;
+    for (int i = 0; i < kSelects; ++i) {
+      std::optional<int> ra, rb;
+      int idx = goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb), goro::OnDefault());
+      if (idx == 0 && ra == std::optional<int>(0)) {
+        ++counts[0];
+        a.Send(0);
+      } else if (idx == 1 && rb == std::optional<int>(1)) {
+        ++counts[1];
+        b.Send(1);
+      } else {
+        ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_GE(counts[0], kSelects * 4 / 10) << counts[0] << " vs " << counts[1];
+    EXPECT_LE(counts[0], kSelects * 6 / 10) << counts[0] << " vs " << counts[1];
+  });
+}
+
+TEST(SelectTest, FairBetweenAReadySendAndAReadyRecv) {
+  RunBounded([] {
+    constexpr int kSelects = 10000;
+    goro::Chan<int> in(1), out(1);
+    in.Send(0);
+    int counts[2] = {0, 0};
+    for (int i = 0; i < kSelects; ++i) {
+      std::optional<int> r;
+      int v = 1;
+      int idx = goro::Select(goro::OnRecv(in, &r), goro::OnSend(out, &v));
+      ASSERT_TRUE(idx == 0 || idx == 1) << idx;
+      ++counts[idx];
+      if (idx == 0) {
+        in.Send(0);
+      } else {
+        out.Recv();
+      }
+    }
+    EXPECT_GE(counts[0], kSelects * 4 / 10) << counts[0] << " vs " << counts[1];
+    EXPECT_LE(counts[0], kSelects * 6 / 10) << counts[0] << " vs " << counts[1];
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Many goroutines selecting at once: no value lost, none delivered twice,
+// and the Go idiom of turning a closed channel into a nil one.
+
+TEST(SelectTest, ConcurrentSelectsLoseAndDuplicateNothing) {
+  for (size_t cap : {size_t{0}, size_t{4}}) {
+    RunBounded([cap] {
+      constexpr int kProducers = 4, kConsumers = 4, kPerProducer = 4000;
+      goro::Chan<int64_t> a(cap), b(cap);
+      goro::WaitGroup producers, consumers;
+      std::atomic<int64_t> sum{0}, count{0};
+      producers.Add(kProducers);
+      consumers.Add(kConsumers);
+      for (int p = 0; p < kProducers; ++p) {
+        goro::Go([&, p] {
+          for (int i = 0; i < kPerProducer; ++i) {
+            int64_t v = int64_t{p} * kPerProducer + i;
+            goro::Select(goro::OnSend(a, &v), goro::OnSend(b, &v));
+          }
+          producers.Done();
+        });
+      }
+      for (int q = 0; q < kConsumers; ++q) {
+        goro::Go([&] {
+          goro::Chan<int64_t> ca = a, cb = b;
+          int64_t local = 0, n = 0;
+          while (!ca.is_nil() || !cb.is_nil()) {
+            std::optional<int64_t> ra, rb;
+            int idx = goro::Select(goro::OnRecv(ca, &ra), goro::OnRecv(cb, &rb));
+            std::optional<int64_t>& r = idx == 0 ? ra : rb;
+            if (!r) {
+              (idx == 0 ? ca : cb) = goro::Chan<int64_t>(nullptr);  // closed: stop selecting on it
+              continue;
+            }
+            local += *r;
+            ++n;
+          }
+          sum += local;
+          count += n;
+          consumers.Done();
+        });
+      }
+      producers.Wait();
+      a.Close();
+      b.Close();
+      consumers.Wait();
+      constexpr int64_t kN = int64_t{kProducers} * kPerProducer;
+      EXPECT_EQ(count.load(), kN) << "cap " << cap;
+      EXPECT_EQ(sum.load(), kN * (kN - 1) / 2) << "cap " << cap;
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Plain threads.
+
+TEST(SelectThreadTest, SelectFromAPlainThread) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  goro::Chan<int> a, b;
+  goro::Go([b]() mutable {
+    goro::SleepFor(absl::Milliseconds(10));
+    b.Send(8);
+  });
+  std::optional<int> ra, rb;
+  EXPECT_EQ(goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb)), 1);
+  EXPECT_EQ(rb, std::optional<int>(8));
+  EXPECT_EQ(goro::Select(goro::OnRecv(a, &ra), goro::OnDefault()), 1);
+  auto timeout = goro::After(absl::Milliseconds(10));
+  std::optional<absl::Time> fired;
+  EXPECT_EQ(goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(timeout, &fired)), 1);
+  EXPECT_TRUE(fired.has_value());
+}
+
+}  // namespace

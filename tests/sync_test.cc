@@ -1,0 +1,568 @@
+// WaitGroup, Mutex and CondVar.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::Eventually;
+using goro_test::Now;
+using goro_test::RunBounded;
+using goro_test::Since;
+using goro_test::Watchdog;
+
+constexpr absl::Duration kShortWait = absl::Milliseconds(50);
+
+// ---------------------------------------------------------------------------
+// WaitGroup
+
+TEST(WaitGroupTest, WaitReturnsAfterEveryDone) {
+  RunBounded([] {
+    constexpr int kWorkers = 100;
+    goro::WaitGroup wg;
+    std::atomic<int> finished{0};
+    wg.Add(kWorkers);
+    for (int i = 0; i < kWorkers; ++i) {
+      goro::Go([&, i] {
+        goro::SleepFor(absl::Microseconds(100 * (i % 10)));
+        ++finished;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(finished.load(), kWorkers);
+  });
+}
+
+TEST(WaitGroupTest, WaitBlocksWhileTheCounterIsPositive) {
+  RunBounded([] {
+    goro::WaitGroup wg, waiter_done;
+    std::atomic<bool> returned{false};
+    wg.Add(2);
+    waiter_done.Add(1);
+    goro::Go([&] {
+      wg.Wait();
+      returned = true;
+      waiter_done.Done();
+    });
+    goro::SleepFor(kShortWait);
+    EXPECT_FALSE(returned.load());
+    wg.Done();
+    goro::SleepFor(kShortWait);
+    EXPECT_FALSE(returned.load()) << "Wait returned with the counter at 1";
+    wg.Done();
+    waiter_done.Wait();
+    EXPECT_TRUE(returned.load());
+  });
+}
+
+TEST(WaitGroupTest, WaitOnZeroReturnsAtOnce) {
+  RunBounded([] {
+    goro::WaitGroup wg;
+    wg.Wait();
+    wg.Add(3);
+    wg.Add(-3);
+    wg.Wait();
+    SUCCEED();
+  });
+}
+
+TEST(WaitGroupTest, AddWithLargeDeltaAndDoneEach) {
+  RunBounded([] {
+    goro::WaitGroup wg;
+    std::atomic<int> done{0};
+    wg.Add(50);
+    for (int i = 0; i < 50; ++i) {
+      goro::Go([&] {
+        ++done;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(done.load(), 50);
+  });
+}
+
+TEST(WaitGroupTest, SeveralGoroutinesWaitAtOnce) {
+  RunBounded([] {
+    constexpr int kWaiters = 8;
+    goro::WaitGroup gate, waiters;
+    std::atomic<int> released{0};
+    gate.Add(1);
+    waiters.Add(kWaiters);
+    for (int i = 0; i < kWaiters; ++i) {
+      goro::Go([&] {
+        gate.Wait();
+        ++released;
+        waiters.Done();
+      });
+    }
+    goro::SleepFor(kShortWait);
+    EXPECT_EQ(released.load(), 0);
+    gate.Done();
+    waiters.Wait();
+    EXPECT_EQ(released.load(), kWaiters);
+  });
+}
+
+TEST(WaitGroupTest, ReusableAfterWaitReturns) {
+  RunBounded([] {
+    goro::WaitGroup wg;
+    for (int round = 0; round < 50; ++round) {
+      std::atomic<int> n{0};
+      wg.Add(4);
+      for (int i = 0; i < 4; ++i) {
+        goro::Go([&] {
+          ++n;
+          wg.Done();
+        });
+      }
+      wg.Wait();
+      ASSERT_EQ(n.load(), 4) << "round " << round;
+    }
+  });
+}
+
+TEST(WaitGroupTest, PlainThreadWaitsForGoroutines) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  goro::WaitGroup wg;
+  std::atomic<int> finished{0};
+  wg.Add(20);
+  for (int i = 0; i < 20; ++i) {
+    goro::Go([&] {
+      goro::SleepFor(absl::Milliseconds(5));
+      ++finished;
+      wg.Done();
+    });
+  }
+  wg.Wait();  // the test's own thread
+  EXPECT_EQ(finished.load(), 20);
+}
+
+// The goroutine is started with Go (not Run): whether a Run blocked on plain
+// threads may be reported as a deadlock is deadlock_test's business.
+TEST(WaitGroupTest, GoroutineWaitsForPlainThreads) {
+  goro_test::StartRuntime();
+  goro::WaitGroup wg;
+  std::atomic<int> finished{0};
+  wg.Add(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ++finished;
+      wg.Done();
+    });
+  }
+  std::atomic<int> seen{-1};
+  goro_test::GoAndWait([&] {
+    wg.Wait();
+    seen = finished.load();
+  });
+  EXPECT_EQ(seen.load(), 4);
+  for (auto& t : threads) t.join();
+}
+
+// ---------------------------------------------------------------------------
+// Mutex
+
+TEST(MutexTest, MutualExclusionUnderContention) {
+  RunBounded([] {
+    constexpr int kWorkers = 8, kIters = 20000;
+    goro::Mutex mu;
+    int64_t counter = 0;  // guarded by mu; plain on purpose
+    std::atomic<int> inside{0}, overlaps{0};
+    goro::WaitGroup wg;
+    wg.Add(kWorkers);
+    for (int w = 0; w < kWorkers; ++w) {
+      goro::Go([&, w] {
+        for (int i = 0; i < kIters; ++i) {
+          mu.Lock();
+          if (inside.fetch_add(1) != 0) ++overlaps;
+          counter = counter + 1;
+          if (i % 64 == w) goro::Yield();  // sometimes hold the lock across a switch
+          inside.fetch_sub(1);
+          mu.Unlock();
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(counter, int64_t{kWorkers} * kIters);
+  });
+}
+
+TEST(MutexTest, MutualExclusionBetweenThreadsAndGoroutines) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  constexpr int kIters = 20000;
+  goro::Mutex mu;
+  int64_t counter = 0;  // guarded by mu
+  auto work = [&] {
+    for (int i = 0; i < kIters; ++i) {
+      std::lock_guard<goro::Mutex> lock(mu);
+      counter = counter + 1;
+    }
+  };
+  absl::Notification goroutines_done[2];
+  for (auto& done : goroutines_done) {
+    goro::Go([&] {
+      work();
+      done.Notify();
+    });
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  for (auto& done : goroutines_done) done.WaitForNotification();
+  std::lock_guard<goro::Mutex> lock(mu);
+  EXPECT_EQ(counter, 4 * int64_t{kIters});
+}
+
+TEST(MutexTest, TryLock) {
+  RunBounded([] {
+    goro::Mutex mu;
+    EXPECT_TRUE(mu.TryLock());
+    EXPECT_FALSE(mu.TryLock()) << "TryLock succeeded on a held mutex (it is not recursive)";
+    std::atomic<int> other{-1};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      other = mu.TryLock() ? 1 : 0;
+      wg.Done();
+    });
+    wg.Wait();
+    EXPECT_EQ(other.load(), 0);
+    mu.Unlock();
+    EXPECT_TRUE(mu.try_lock());
+    mu.unlock();
+  });
+}
+
+TEST(MutexTest, StdLockGuardAndUniqueLockWork) {
+  RunBounded([] {
+    goro::Mutex mu;
+    {
+      std::lock_guard<goro::Mutex> lock(mu);
+      EXPECT_FALSE(mu.TryLock());
+    }
+    EXPECT_TRUE(mu.TryLock());
+    mu.Unlock();
+    {
+      std::unique_lock<goro::Mutex> lock(mu, std::try_to_lock);
+      EXPECT_TRUE(lock.owns_lock());
+      std::unique_lock<goro::Mutex> again(mu, std::try_to_lock);
+      EXPECT_FALSE(again.owns_lock());
+    }
+    std::scoped_lock lock(mu);
+    SUCCEED();
+  });
+}
+
+TEST(MutexTest, LockBlocksUntilUnlock) {
+  RunBounded([] {
+    goro::Mutex mu;
+    mu.Lock();
+    std::atomic<bool> acquired{false};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      mu.Lock();
+      acquired = true;
+      mu.Unlock();
+      wg.Done();
+    });
+    goro::SleepFor(kShortWait);
+    EXPECT_FALSE(acquired.load());
+    mu.Unlock();
+    wg.Wait();
+    EXPECT_TRUE(acquired.load());
+  });
+}
+
+TEST(MutexTest, HandedFromAPlainThreadToAGoroutine) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  goro::Mutex mu;
+  mu.Lock();  // held by the test's thread
+  std::atomic<bool> acquired{false};
+  absl::Notification done;
+  goro::Go([&] {
+    mu.Lock();
+    acquired = true;
+    mu.Unlock();
+    done.Notify();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(acquired.load());
+  mu.Unlock();
+  done.WaitForNotification();
+  EXPECT_TRUE(acquired.load());
+}
+
+// Starvation mode: a waiter blocked for more than 1 ms must get the lock even
+// though another goroutine re-locks it immediately after every unlock.
+TEST(MutexTest, StarvationModeLetsABlockedWaiterIn) {
+  RunBounded([] {
+    constexpr int kAcquisitions = 30;
+    goro::Mutex mu;
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> hog_rounds{0};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        mu.Lock();
+        goro_test::Spin(absl::Microseconds(50));  // hold it for a while
+        mu.Unlock();                            // and take it back at once
+        ++hog_rounds;
+      }
+      wg.Done();
+    });
+    EXPECT_TRUE(Eventually([&] { return hog_rounds.load() > 10; }));
+    auto start = Now();
+    for (int i = 0; i < kAcquisitions; ++i) {
+      mu.Lock();
+      mu.Unlock();
+      goro::SleepFor(absl::Milliseconds(2));  // let the hog run alone again
+    }
+    absl::Duration took = Since(start);
+    stop = true;
+    wg.Wait();
+    // Bounded: each acquisition should take a few ms; allow a lot for the noise.
+    EXPECT_LT(took, absl::Seconds(20)) << "the waiter starved";
+  });
+}
+
+// ---------------------------------------------------------------------------
+// CondVar
+
+TEST(CondVarTest, WaitAndSignalProducerConsumer) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    std::vector<int> queue;  // guarded by mu
+    bool closed = false;     // guarded by mu
+    int64_t sum = 0;
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      std::lock_guard<goro::Mutex> lock(mu);
+      for (;;) {
+        while (queue.empty() && !closed) cv.Wait(mu);
+        if (queue.empty()) break;
+        sum += queue.back();
+        queue.pop_back();
+      }
+      wg.Done();
+    });
+    for (int i = 1; i <= 1000; ++i) {
+      {
+        std::lock_guard<goro::Mutex> lock(mu);
+        queue.push_back(i);
+      }
+      cv.Signal();
+      if (i % 100 == 0) goro::Yield();
+    }
+    {
+      std::lock_guard<goro::Mutex> lock(mu);
+      closed = true;
+    }
+    cv.Signal();
+    wg.Wait();
+    EXPECT_EQ(sum, 1000 * 1001 / 2);
+  });
+}
+
+// Starts `n` goroutines that each wait once on `cv` and then record their
+// index in `woken`. Returns after all of them are queued on `cv`: a waiter
+// counts itself in `queued` under `mu` right before Wait, and Wait releases `mu`
+// only once the waiter is queued.
+void StartWaiters(int n, goro::Mutex& mu, goro::CondVar& cv, int& queued, std::vector<int>& woken,
+                  goro::WaitGroup& wg) {
+  wg.Add(n);
+  for (int i = 0; i < n; ++i) {
+    goro::Go([&, i] {
+      mu.Lock();
+      ++queued;
+      cv.Wait(mu);
+      woken.push_back(i);
+      mu.Unlock();
+      wg.Done();
+    });
+    // Wait for waiter i to be queued before starting i+1, so the queue order is known.
+    EXPECT_TRUE(Eventually([&] {
+      std::lock_guard<goro::Mutex> lock(mu);
+      return queued == i + 1;
+    }));
+  }
+}
+
+TEST(CondVarTest, SignalWakesExactlyOneWaiterTheLongestWaiting) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    int queued = 0;
+    std::vector<int> woken;
+    goro::WaitGroup wg;
+    StartWaiters(3, mu, cv, queued, woken, wg);
+    for (int k = 1; k <= 3; ++k) {
+      cv.Signal();
+      EXPECT_TRUE(Eventually([&] {
+        std::lock_guard<goro::Mutex> lock(mu);
+        return static_cast<int>(woken.size()) >= k;
+      }));
+      goro::SleepFor(kShortWait);  // a second wake-up would show by now
+      std::lock_guard<goro::Mutex> lock(mu);
+      EXPECT_EQ(static_cast<int>(woken.size()), k) << "one Signal woke more than one waiter";
+    }
+    wg.Wait();
+    EXPECT_EQ(woken, (std::vector<int>{0, 1, 2})) << "Signal must wake the longest waiter first";
+  });
+}
+
+TEST(CondVarTest, SignalAllWakesEveryWaiter) {
+  RunBounded([] {
+    constexpr int kWaiters = 10;
+    goro::Mutex mu;
+    goro::CondVar cv;
+    int queued = 0;
+    std::vector<int> woken;
+    goro::WaitGroup wg;
+    StartWaiters(kWaiters, mu, cv, queued, woken, wg);
+    goro::SleepFor(kShortWait);
+    {
+      std::lock_guard<goro::Mutex> lock(mu);
+      EXPECT_TRUE(woken.empty()) << "a waiter woke without a signal";
+    }
+    cv.SignalAll();
+    wg.Wait();
+    EXPECT_EQ(static_cast<int>(woken.size()), kWaiters);
+  });
+}
+
+TEST(CondVarTest, SignalWithNoWaitersIsNotRemembered) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    cv.Signal();
+    cv.SignalAll();
+    std::lock_guard<goro::Mutex> lock(mu);
+    EXPECT_FALSE(cv.WaitFor(mu, absl::Milliseconds(20)));
+  });
+}
+
+TEST(CondVarTest, WaitForTimesOutReturnsFalseAndHoldsTheMutex) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    mu.Lock();
+    auto start = Now();
+    bool signalled = cv.WaitFor(mu, absl::Milliseconds(30));
+    absl::Duration waited = Since(start);
+    EXPECT_FALSE(signalled);
+    EXPECT_GE(waited, absl::Milliseconds(30));
+    EXPECT_LT(waited, absl::Seconds(5));
+    // The mutex is held again: another goroutine cannot take it.
+    std::atomic<int> other{-1};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      other = mu.TryLock() ? 1 : 0;
+      if (other == 1) mu.Unlock();
+      wg.Done();
+    });
+    wg.Wait();
+    EXPECT_EQ(other.load(), 0) << "WaitFor returned without holding the mutex";
+    mu.Unlock();
+  });
+}
+
+TEST(CondVarTest, WaitForReleasesTheMutexWhileWaiting) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    std::atomic<bool> waiting{false};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      std::lock_guard<goro::Mutex> lock(mu);
+      waiting = true;
+      cv.WaitFor(mu, absl::Milliseconds(300));
+      wg.Done();
+    });
+    EXPECT_TRUE(Eventually([&] { return waiting.load(); }));
+    // While it waits, the mutex is free (bounded: the wait ends after 300 ms anyway,
+    // so check before then that at least one TryLock succeeded).
+    bool got_it = false;
+    auto start = Now();
+    while (!got_it && Since(start) < absl::Milliseconds(250)) {
+      if (mu.TryLock()) {
+        got_it = true;
+        mu.Unlock();
+      } else {
+        goro::SleepFor(absl::Milliseconds(1));
+      }
+    }
+    EXPECT_TRUE(got_it);
+    wg.Wait();
+  });
+}
+
+TEST(CondVarTest, WaitForSignalledReturnsTrue) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    bool ready = false;  // guarded by mu
+    std::atomic<int> result{-1};
+    std::atomic<bool> waiting{false};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    auto start = Now();
+    goro::Go([&] {
+      std::lock_guard<goro::Mutex> lock(mu);
+      waiting = true;
+      bool r = true;
+      while (!ready && r) r = cv.WaitFor(mu, absl::Seconds(30));
+      result = r ? 1 : 0;
+      wg.Done();
+    });
+    EXPECT_TRUE(Eventually([&] { return waiting.load(); }));
+    goro::SleepFor(absl::Milliseconds(10));
+    {
+      std::lock_guard<goro::Mutex> lock(mu);
+      ready = true;
+    }
+    cv.Signal();
+    wg.Wait();
+    EXPECT_EQ(result.load(), 1);
+    EXPECT_LT(Since(start), absl::Seconds(20)) << "the signal did not cut the wait short";
+  });
+}
+
+TEST(CondVarTest, PlainThreadWaitsGoroutineSignals) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  goro::Mutex mu;
+  goro::CondVar cv;
+  bool ready = false;
+  goro::Go([&] {
+    goro::SleepFor(absl::Milliseconds(10));
+    std::lock_guard<goro::Mutex> lock(mu);
+    ready = true;
+    cv.SignalAll();
+  });
+  std::unique_lock<goro::Mutex> lock(mu);
+  while (!ready) cv.Wait(mu);
+  EXPECT_TRUE(ready);
+}
+
+}  // namespace

@@ -1,0 +1,75 @@
+// Helpers shared by goro's tests.
+//
+// The rule these serve: no test may hang. A goroutine that never returns cannot
+// be cancelled, so a wait that overruns its limit ends the process with a line
+// naming the test (the ctest entry then fails with that line in its output).
+#ifndef GORO_TESTS_TEST_UTIL_H_
+#define GORO_TESTS_TEST_UTIL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "goro/goro.h"
+
+namespace goro_test {
+
+// The default limit for one test's waits. Generous: the machine is noisy.
+inline constexpr absl::Duration kLimit = absl::Seconds(60);
+
+// The options every test binary starts its runtime with. Options are read once
+// per process, so every Run in a binary passes these (anything else runs in a
+// subprocess).
+goro::Options TestOptions();
+
+// Ends the process (after printing `what` and the current test's name on
+// stderr) unless destroyed within `limit`.
+class Watchdog {
+ public:
+  explicit Watchdog(absl::Duration limit = kLimit, std::string what = "");
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
+
+// goro::Run(fn, TestOptions()) under a Watchdog.
+void RunBounded(absl::AnyInvocable<void() &&> fn, absl::Duration limit = kLimit);
+
+// Starts the runtime with TestOptions() (a Run of an empty goroutine).
+void StartRuntime();
+
+// Starts `fn` with goro::Go and blocks the calling *thread* (not via goro)
+// until it returns; the process ends if that takes longer than `limit`.
+void GoAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration limit = kLimit);
+
+// Polls `cond` every millisecond until it holds or `limit` passes; returns its
+// last value. Sleeps with goro::SleepFor on a goroutine, std::this_thread off one.
+bool Eventually(const std::function<bool()>& cond, absl::Duration limit = absl::Seconds(20));
+
+// Sleeps without going through goro on a plain thread; goro::SleepFor on a goroutine.
+void Pause(absl::Duration d);
+
+// Monotonic clock (CLOCK_MONOTONIC, the clock goro's timers use).
+inline std::chrono::steady_clock::time_point Now() { return std::chrono::steady_clock::now(); }
+inline absl::Duration Since(std::chrono::steady_clock::time_point t) {
+  return absl::FromChrono(std::chrono::steady_clock::now() - t);
+}
+
+// The kernel thread id of the caller.
+int64_t ThreadId();
+
+// Busy-waits for about `d` without calling into goro.
+void Spin(absl::Duration d);
+
+}  // namespace goro_test
+
+#endif  // GORO_TESTS_TEST_UTIL_H_

@@ -1,0 +1,212 @@
+// Timers: SleepFor, SleepUntil, After and timed waits.
+//
+// Lower bounds are exact (a sleep never ends early); upper bounds are generous
+// because the machine is small and noisy.
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::Now;
+using goro_test::RunBounded;
+using goro_test::Since;
+using goro_test::Watchdog;
+
+constexpr absl::Duration kSlack = absl::Seconds(1);
+
+TEST(TimerTest, SleepForSleepsAtLeastTheDuration) {
+  RunBounded([] {
+    for (absl::Duration d : {absl::Microseconds(100), absl::Milliseconds(1), absl::Milliseconds(10),
+                             absl::Milliseconds(50)}) {
+      auto start = Now();
+      goro::SleepFor(d);
+      absl::Duration slept = Since(start);
+      EXPECT_GE(slept, d) << "SleepFor(" << d << ") woke early";
+      EXPECT_LT(slept, d + kSlack) << "SleepFor(" << d << ")";
+    }
+  });
+}
+
+TEST(TimerTest, SleepForZeroOrNegativeReturnsPromptly) {
+  RunBounded([] {
+    auto start = Now();
+    goro::SleepFor(absl::ZeroDuration());
+    goro::SleepFor(absl::Milliseconds(-5));
+    goro::SleepFor(-absl::InfiniteDuration());
+    EXPECT_LT(Since(start), kSlack);
+  });
+}
+
+TEST(TimerTest, SleepUntilWakesAtOrAfterTheDeadline) {
+  RunBounded([] {
+    for (absl::Duration d : {absl::Milliseconds(1), absl::Milliseconds(30)}) {
+      absl::Time deadline = absl::Now() + d;
+      goro::SleepUntil(deadline);
+      absl::Time woke = absl::Now();
+      EXPECT_GE(woke, deadline);
+      EXPECT_LT(woke, deadline + kSlack);
+    }
+  });
+}
+
+TEST(TimerTest, SleepUntilThePastReturnsPromptly) {
+  RunBounded([] {
+    auto start = Now();
+    goro::SleepUntil(absl::Now() - absl::Seconds(10));
+    goro::SleepUntil(absl::InfinitePast());
+    EXPECT_LT(Since(start), kSlack);
+  });
+}
+
+TEST(TimerTest, SleepOnAPlainThread) {
+  Watchdog dog;
+  auto start = Now();
+  goro::SleepFor(absl::Milliseconds(20));
+  EXPECT_GE(Since(start), absl::Milliseconds(20));
+  absl::Time deadline = absl::Now() + absl::Milliseconds(20);
+  goro::SleepUntil(deadline);
+  EXPECT_GE(absl::Now(), deadline);
+}
+
+TEST(TimerTest, ThousandConcurrentSleepersAllWakeNeverEarly) {
+  RunBounded([] {
+    constexpr int kSleepers = 1000;
+    goro::WaitGroup wg;
+    std::atomic<int> woke{0}, early{0};
+    std::mt19937 rng(12345);
+    std::uniform_int_distribution<int> ms(1, 20);
+    wg.Add(kSleepers);
+    for (int i = 0; i < kSleepers; ++i) {
+      absl::Duration d = absl::Milliseconds(ms(rng));
+      goro::Go([&, d] {
+        auto start = Now();
+        goro::SleepFor(d);
+        if (Since(start) < d) ++early;
+        ++woke;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(woke.load(), kSleepers);
+    EXPECT_EQ(early.load(), 0);
+  });
+}
+
+// Sleeping parks the goroutine, not its thread: with 2 Ps, 50 goroutines each
+// sleeping 100 ms take about 100 ms, not 50 * 100 ms / 2.
+TEST(TimerTest, SleepingGoroutinesDoNotHoldTheirThreads) {
+  RunBounded([] {
+    constexpr int kSleepers = 50;
+    goro::WaitGroup wg;
+    wg.Add(kSleepers);
+    auto start = Now();
+    for (int i = 0; i < kSleepers; ++i) {
+      goro::Go([&] {
+        goro::SleepFor(absl::Milliseconds(100));
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    absl::Duration took = Since(start);
+    EXPECT_GE(took, absl::Milliseconds(100));
+    EXPECT_LT(took, absl::Seconds(2)) << "sleepers ran one after another";
+  });
+}
+
+TEST(TimerTest, AfterFiresOnceAfterTheDuration) {
+  RunBounded([] {
+    absl::Time before = absl::Now();
+    auto start = Now();
+    goro::Chan<absl::Time> c = goro::After(absl::Milliseconds(20));
+    EXPECT_EQ(c.capacity(), 1u);
+    std::optional<absl::Time> t = c.Recv();
+    absl::Duration waited = Since(start);
+    ASSERT_TRUE(t.has_value());
+    EXPECT_GE(waited, absl::Milliseconds(20));
+    EXPECT_LT(waited, absl::Milliseconds(20) + kSlack);
+    EXPECT_GE(*t, before) << "the value is the time it fired";
+    EXPECT_LE(*t, absl::Now());
+    // It fires once: nothing more arrives.
+    std::optional<absl::Time> again;
+    goro::SleepFor(absl::Milliseconds(20));
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &again), goro::OnDefault()), 1);
+  });
+}
+
+TEST(TimerTest, AfterZeroFiresPromptly) {
+  RunBounded([] {
+    auto start = Now();
+    EXPECT_TRUE(goro::After(absl::ZeroDuration()).Recv().has_value());
+    EXPECT_LT(Since(start), kSlack);
+  });
+}
+
+TEST(TimerTest, AfterNeedsNoReceiver) {
+  RunBounded([] {
+    // Nobody receives: the send goes into the buffer and never blocks the timer.
+    for (int i = 0; i < 1000; ++i) goro::After(absl::Milliseconds(i % 5));
+    auto c = goro::After(absl::Milliseconds(5));
+    goro::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(c.size(), 1u) << "the fired value waits in the buffer";
+  });
+}
+
+TEST(TimerTest, EarlierAfterFiresFirst) {
+  RunBounded([] {
+    // Deadlines far apart, so that the order is not a matter of noise.
+    goro::Chan<absl::Time> late = goro::After(absl::Seconds(2));
+    goro::Chan<absl::Time> early = goro::After(absl::Milliseconds(20));
+    std::optional<absl::Time> a, b;
+    EXPECT_EQ(goro::Select(goro::OnRecv(late, &a), goro::OnRecv(early, &b)), 1);
+    EXPECT_FALSE(a.has_value());
+  });
+}
+
+TEST(TimerTest, CondVarWaitForTimesOut) {
+  RunBounded([] {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    std::lock_guard<goro::Mutex> lock(mu);
+    for (absl::Duration d : {absl::Milliseconds(1), absl::Milliseconds(25)}) {
+      auto start = Now();
+      EXPECT_FALSE(cv.WaitFor(mu, d));
+      absl::Duration waited = Since(start);
+      EXPECT_GE(waited, d);
+      EXPECT_LT(waited, d + kSlack);
+    }
+  });
+}
+
+TEST(TimerTest, ManyConcurrentWaitForsAllTimeOut) {
+  RunBounded([] {
+    constexpr int kWaiters = 200;
+    goro::Mutex mu;
+    goro::CondVar cv;
+    goro::WaitGroup wg;
+    std::atomic<int> timed_out{0}, early{0};
+    wg.Add(kWaiters);
+    for (int i = 0; i < kWaiters; ++i) {
+      absl::Duration d = absl::Milliseconds(1 + i % 20);
+      goro::Go([&, d] {
+        std::lock_guard<goro::Mutex> lock(mu);
+        auto start = Now();
+        if (!cv.WaitFor(mu, d)) ++timed_out;
+        if (Since(start) < d) ++early;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(timed_out.load(), kWaiters);
+    EXPECT_EQ(early.load(), 0);
+  });
+}
+
+}  // namespace
