@@ -8,127 +8,80 @@ namespace {
 
 struct SemaWaiter {
   G* g = nullptr;
-  std::atomic<uint32_t>* addr = nullptr;
   SemaWaiter* next = nullptr;
-  SemaWaiter* prev = nullptr;
   bool ticket = false;  // the releaser handed the count over directly
 };
 
-constexpr int kBuckets = 251;
-
-struct alignas(64) Bucket {
-  SpinLock lock;
-  std::atomic<uint32_t> nwait{0};
-  SemaWaiter* head = nullptr;  // guarded by lock
-  SemaWaiter* tail = nullptr;  // guarded by lock
-};
-
-Bucket buckets[kBuckets];
-
-Bucket& BucketFor(const void* addr) {
-  return buckets[(reinterpret_cast<uintptr_t>(addr) >> 3) % kBuckets];
-}
-
-bool CanAcquire(std::atomic<uint32_t>* addr) {
-  uint32_t v = addr->load(std::memory_order_relaxed);
+bool CanAcquire(std::atomic<uint32_t>* count) {
+  uint32_t v = count->load(std::memory_order_relaxed);
   while (v > 0) {
-    if (addr->compare_exchange_weak(v, v - 1, std::memory_order_acquire)) return true;
+    if (count->compare_exchange_weak(v, v - 1, std::memory_order_acquire)) return true;
   }
   return false;
 }
 
-void Enqueue(Bucket& b, SemaWaiter* w, bool lifo) {
-  if (lifo) {
-    // In front of the first waiter for the same address.
-    SemaWaiter* at = b.head;
-    while (at != nullptr && at->addr != w->addr) at = at->next;
-    if (at != nullptr) {
-      w->next = at;
-      w->prev = at->prev;
-      if (at->prev != nullptr) {
-        at->prev->next = w;
-      } else {
-        b.head = w;
-      }
-      at->prev = w;
-      return;
-    }
-  }
-  w->prev = b.tail;
+void Enqueue(SemaQueue* q, SemaWaiter* w, bool lifo) {
+  auto* head = static_cast<SemaWaiter*>(q->head);
+  auto* tail = static_cast<SemaWaiter*>(q->tail);
   w->next = nullptr;
-  if (b.tail != nullptr) {
-    b.tail->next = w;
+  if (head == nullptr) {
+    q->head = q->tail = w;
+  } else if (lifo) {
+    w->next = head;
+    q->head = w;
   } else {
-    b.head = w;
+    tail->next = w;
+    q->tail = w;
   }
-  b.tail = w;
 }
 
-SemaWaiter* DequeueFor(Bucket& b, std::atomic<uint32_t>* addr) {
-  SemaWaiter* w = b.head;
-  while (w != nullptr && w->addr != addr) w = w->next;
+SemaWaiter* Dequeue(SemaQueue* q) {
+  auto* w = static_cast<SemaWaiter*>(q->head);
   if (w == nullptr) return nullptr;
-  if (w->prev != nullptr) {
-    w->prev->next = w->next;
-  } else {
-    b.head = w->next;
-  }
-  if (w->next != nullptr) {
-    w->next->prev = w->prev;
-  } else {
-    b.tail = w->prev;
-  }
-  w->next = w->prev = nullptr;
+  q->head = w->next;
+  if (q->head == nullptr) q->tail = nullptr;
+  w->next = nullptr;
   return w;
 }
 
-bool UnlockBucket(G*, void* arg) {
-  static_cast<Bucket*>(arg)->lock.Unlock();
+bool UnlockQueue(G*, void* arg) {
+  UnlockWord(static_cast<SemaQueue*>(arg)->lock);
   return true;
 }
 
 }  // namespace
 
-int64_t SemAcquire(std::atomic<uint32_t>* addr, bool lifo, WaitReason reason) {
-  if (CanAcquire(addr)) return 0;
-  int64_t start = Nanotime();
-  Bucket& b = BucketFor(addr);
+void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReason reason) {
+  if (CanAcquire(count)) return;
   SemaWaiter w;
-  w.addr = addr;
   for (;;) {
-    b.lock.Lock();
-    // Count ourselves before the last look, so a releaser either sees us
+    LockWord(q->lock);
+    // Count ourselves before the last look, so that a releaser either sees us
     // waiting or we see its increment.
-    b.nwait.fetch_add(1, std::memory_order_seq_cst);
-    if (CanAcquire(addr)) {
-      b.nwait.fetch_sub(1, std::memory_order_relaxed);
-      b.lock.Unlock();
-      break;
+    q->nwait.fetch_add(1, std::memory_order_seq_cst);
+    if (CanAcquire(count)) {
+      q->nwait.fetch_sub(1, std::memory_order_relaxed);
+      UnlockWord(q->lock);
+      return;
     }
     w.g = CurrentG();
     w.ticket = false;
-    Enqueue(b, &w, lifo);
-    Park(reason, UnlockBucket, &b);
-    if (w.ticket || CanAcquire(addr)) break;
+    Enqueue(q, &w, lifo);
+    Park(reason, UnlockQueue, q);
+    if (w.ticket || CanAcquire(count)) return;
     lifo = true;  // woken but beaten to it: wait at the front
   }
-  return Nanotime() - start;
 }
 
-void SemRelease(std::atomic<uint32_t>* addr, bool handoff) {
-  addr->fetch_add(1, std::memory_order_seq_cst);
-  Bucket& b = BucketFor(addr);
-  if (b.nwait.load(std::memory_order_seq_cst) == 0) return;
-  b.lock.Lock();
-  if (b.nwait.load(std::memory_order_relaxed) == 0) {
-    b.lock.Unlock();
-    return;
-  }
-  SemaWaiter* w = DequeueFor(b, addr);
-  if (w != nullptr) b.nwait.fetch_sub(1, std::memory_order_relaxed);
-  b.lock.Unlock();
+void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff) {
+  count->fetch_add(1, std::memory_order_seq_cst);
+  if (q->nwait.load(std::memory_order_seq_cst) == 0) return;
+  LockWord(q->lock);
+  SemaWaiter* w = Dequeue(q);
+  if (w != nullptr) q->nwait.fetch_sub(1, std::memory_order_relaxed);
+  UnlockWord(q->lock);
   if (w == nullptr) return;
-  bool handed = handoff && CanAcquire(addr);
+  bool handed = handoff && CanAcquire(count);
   w->ticket = handed;
   G* g = w->g;  // w lives on g's stack: do not touch it once g may run
   Ready(g);

@@ -1,10 +1,12 @@
 // Semaphores for goroutines: the sleeping half of Mutex and WaitGroup
 // (Go's runtime semaphores, sema.go).
 //
-// SemAcquire(addr) waits until *addr > 0 and decrements it; SemRelease(addr)
-// increments it and wakes one waiter. Waiters live on their goroutines' stacks
-// and are kept in one of a fixed number of buckets hashed by address, each
-// with its own lock and a waiter count that releasers read without the lock.
+// SemAcquire waits until *count > 0 and decrements it; SemRelease increments
+// it and wakes one waiter. Waiters live on their goroutines' stacks, queued on
+// the SemaQueue that the Mutex or WaitGroup embeds next to its count. (Go
+// keeps one global table of queues hashed by address, because its Mutex must
+// stay 8 bytes; a C++ object can carry its own queue, which makes a wake-up
+// O(1) no matter how many goroutines sleep on other objects.)
 #ifndef GORO_CORE_SEMA_H_
 #define GORO_CORE_SEMA_H_
 
@@ -12,15 +14,16 @@
 #include <cstdint>
 
 #include "core/runtime.h"
+#include "goro/sync.h"
 
 namespace goro::internal {
 
 // With lifo, the waiter goes to the front of the queue (a Mutex waiter that
-// already waited once). Returns how long it waited in nanoseconds.
-int64_t SemAcquire(std::atomic<uint32_t>* addr, bool lifo, WaitReason reason);
+// already waited once).
+void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReason reason);
 // With handoff, the released count goes straight to the first waiter, which
-// runs next on this P (starvation mode).
-void SemRelease(std::atomic<uint32_t>* addr, bool handoff);
+// runs next on this P (a Mutex in starvation mode).
+void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff);
 
 }  // namespace goro::internal
 

@@ -31,7 +31,7 @@ void WaitGroup::Add(int64_t n) {
     internal::FatalG("sync: WaitGroup misuse: Add called concurrently with Wait");
   }
   state_.store(0, std::memory_order_relaxed);
-  for (; w != 0; --w) internal::SemRelease(&sema_, false);
+  for (; w != 0; --w) internal::SemRelease(&sema_, &waiters_, false);
 }
 
 void WaitGroup::Wait() {
@@ -39,7 +39,7 @@ void WaitGroup::Wait() {
   for (;;) {
     if ((state >> 32) == 0) return;
     if (state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel)) {
-      internal::SemAcquire(&sema_, false, WaitReason::kWaitGroupWait);
+      internal::SemAcquire(&sema_, &waiters_, false, WaitReason::kWaitGroupWait);
       if (state_.load(std::memory_order_acquire) != 0) {
         internal::FatalG("sync: WaitGroup is reused before previous Wait has returned");
       }
@@ -129,7 +129,7 @@ void Mutex::LockSlow() {
     if ((old & (kLocked | kStarving)) == 0) return;  // locked it
     bool lifo = wait_start != 0;
     if (wait_start == 0) wait_start = Nanotime();
-    internal::SemAcquire(&sema_, lifo, WaitReason::kSyncMutexLock);
+    internal::SemAcquire(&sema_, &waiters_, lifo, WaitReason::kSyncMutexLock);
     starving = starving || Nanotime() - wait_start > kStarvationNs;
     old = state_.load(std::memory_order_relaxed);
     if (old & kStarving) {
@@ -161,13 +161,13 @@ void Mutex::UnlockSlow(int32_t next) {
       if ((old >> kWaiterShift) == 0 || (old & (kLocked | kWoken | kStarving)) != 0) return;
       int32_t n = (old - (1 << kWaiterShift)) | kWoken;
       if (state_.compare_exchange_weak(old, n, std::memory_order_release)) {
-        internal::SemRelease(&sema_, false);
+        internal::SemRelease(&sema_, &waiters_, false);
         return;
       }
     }
   }
   // Starvation mode: hand the mutex to the first waiter.
-  internal::SemRelease(&sema_, true);
+  internal::SemRelease(&sema_, &waiters_, true);
 }
 
 // ---------------------------------------------------------------------------

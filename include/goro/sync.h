@@ -14,7 +14,16 @@
 
 namespace goro {
 
-class Mutex;
+namespace internal {
+// The queue of goroutines sleeping on one semaphore word (core/sema.cc). Each
+// Mutex and WaitGroup owns one, so waking a waiter never searches a table.
+struct SemaQueue {
+  std::atomic<uint32_t> lock{0};
+  std::atomic<uint32_t> nwait{0};  // waiters queued; read without the lock
+  void* head = nullptr;            // guarded by lock
+  void* tail = nullptr;            // guarded by lock
+};
+}  // namespace internal
 
 // Waits for a collection of goroutines to finish (Go's sync.WaitGroup).
 // Add(n) before starting the work, Done() when each part finishes, Wait()
@@ -33,6 +42,7 @@ class WaitGroup {
   // High 32 bits: the counter. Low 32 bits: the number of waiters.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint32_t> sema_{0};
+  internal::SemaQueue waiters_;
 };
 
 // A mutual-exclusion lock (Go's sync.Mutex), with Go's starvation mode: a
@@ -61,6 +71,7 @@ class Mutex {
   // Bits 3..31: number of waiters blocked on sema_.
   std::atomic<int32_t> state_{0};
   std::atomic<uint32_t> sema_{0};
+  internal::SemaQueue waiters_;
 };
 
 // A condition variable (Go's sync.Cond with the mutex passed to Wait).
