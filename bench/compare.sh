@@ -26,6 +26,11 @@
 #   OUT=<repo>/bench/RESULTS.md    the report
 set -euo pipefail
 
+command_line="bash bench/compare.sh"
+for v in NO_BUILD OUT BUILD_DIR RUN_TIMEOUT RSS_REPS RSS_N MIN_TIME REPS; do
+  if [[ -n "${!v+x}" ]]; then command_line="$v=${!v} $command_line"; fi
+done
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD_DIR:-$ROOT/build-bench}"
 REPS="${REPS:-3}"
@@ -36,11 +41,6 @@ RSS_PROCS=2
 RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
 OUT="${OUT:-$ROOT/bench/RESULTS.md}"
 PROCS_LIST=(1 2)
-
-command_line="bash bench/compare.sh"
-for v in NO_BUILD OUT BUILD_DIR RUN_TIMEOUT RSS_REPS RSS_N MIN_TIME REPS; do
-  if [[ -n "${!v+x}" ]]; then command_line="$v=${!v} $command_line"; fi
-done
 
 for tool in cmake go python3 timeout; do
   command -v "$tool" >/dev/null || { echo "compare.sh: '$tool' not found in PATH" >&2; exit 1; }
@@ -53,6 +53,7 @@ MACHINE="$BUILD/machine.txt"
 : >"$LOG"
 : >"$RAW"
 start_s=$SECONDS
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 if [[ "${NO_BUILD:-0}" == 1 ]]; then
   echo "== NO_BUILD=1: using the programs already in $BUILD"
@@ -93,7 +94,7 @@ run() {
       why="killed by signal $((rc - 128))"
     fi
     local tail_msg
-    tail_msg=$(grep -v '^\s*$' "$errf" | tail -n 2 | tr '\n' ' ' | tr -d '"\\' | tr -d '[:cntrl:]' | cut -c1-300)
+    tail_msg=$(grep -v '^\s*$' "$errf" | grep -v 'Library was built as DEBUG' | tail -n 2 | tr '\n' ' ' | tr -d '"\\' | tr -d '[:cntrl:]' | cut -c1-300)
     printf '{"impl":"%s","name":"%s","procs":%d,"error":"%s: %s"}\n' \
       "$impl" "$name" "$procs" "$why" "$tail_msg" >>"$RAW"
     echo "   $impl $name procs=$procs FAILED: $why: $tail_msg"
@@ -161,7 +162,7 @@ fi
   echo "kernel: $(uname -srm)"
   echo "Go: $(go version)"
   echo "C++ compiler: $cxx_desc"
-  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "load average (1/5/15 min) at start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "settings: REPS=$REPS MIN_TIME=${MIN_TIME}s RSS_N=$RSS_N RSS_REPS=$RSS_REPS RSS procs=$RSS_PROCS"
   echo "wall time of compare.sh: $((SECONDS - start_s)) s"
 } >"$MACHINE"
