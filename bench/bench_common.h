@@ -122,6 +122,7 @@ struct Result {
   double value = 0;
   std::string unit;
   int64_t iters = 0;
+  double cpu_value = -1;  // process CPU time per op in `unit` (all threads); <0: not measured
   std::string extra;  // free text, shown in the report's notes
   std::string error;  // non-empty: the workload failed
 };
@@ -130,6 +131,7 @@ inline void Emit(const Result& r) {
   std::string line = absl::StrFormat(
       "{\"impl\":\"goro\",\"name\":%s,\"procs\":%d,\"value\":%.6g,\"unit\":%s,\"iters\":%d",
       JsonQuote(r.name), r.procs, r.value, JsonQuote(r.unit), r.iters);
+  if (r.cpu_value >= 0) line += absl::StrFormat(",\"cpu_value\":%.6g", r.cpu_value);
   if (!r.extra.empty()) line += ",\"extra\":" + JsonQuote(r.extra);
   if (!r.error.empty()) line += ",\"error\":" + JsonQuote(r.error);
   line += "}\n";

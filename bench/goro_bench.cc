@@ -277,7 +277,7 @@ class JsonLinesReporter : public benchmark::ConsoleReporter {
                                   static_cast<double>(run.iterations) / w->ops_per_iter;
         r.value = per_op * w->scale;
         r.unit = w->unit;
-        r.extra = absl::StrFormat("process CPU %.4g %s", cpu_per_op * w->scale, w->unit);
+        r.cpu_value = cpu_per_op * w->scale;
       }
       Emit(r);
     }

@@ -23,6 +23,8 @@ ROWS = [
     ("fib27_goroutines", 1, "fib(27), a goroutine per call, WaitGroup join", ("ratio", 0.7)),
     ("fib27_goroutines", 2, "fib(27), a goroutine per call, WaitGroup join", ("ratio", 0.7)),
     ("rss_per_parked_goroutine", 2, "RSS per goroutine parked in a channel receive", ("abs", 4.5)),
+    ("rss_plus_page_tables_per_parked_goroutine", 2,
+     "the same, plus page tables (VmPTE, not part of RSS)", None),
     ("chan_buffered128", 1, "buffered channel (cap 128), 1 producer 1 consumer", None),
     ("chan_buffered128", 2, "buffered channel (cap 128), 1 producer 1 consumer", None),
     ("mutex_contended4", 2, "Mutex, 4 goroutines incrementing one counter", None),
@@ -55,6 +57,7 @@ def main():
     errors = {}  # (impl, name, procs) -> [message]
     extras = {}  # (impl, name, procs) -> [extra]
     rss_n = set()  # goroutine counts used by the RSS runs
+    cpu = {}  # (impl, name, procs) -> [process CPU per op]
     with open(args.raw) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -73,6 +76,8 @@ def main():
             units[(r["name"], int(r["procs"]))] = r["unit"]
             if r["name"] == "rss_per_parked_goroutine" and r.get("iters"):
                 rss_n.add(int(r["iters"]))
+            if r.get("cpu_value") is not None:
+                cpu.setdefault(key, []).append(float(r["cpu_value"]))
             if r.get("extra"):
                 extras.setdefault(key, []).append(r["extra"])
 
@@ -165,31 +170,48 @@ def main():
                 out.append(f"| `{name}` | {procs} | {impl} | {', '.join(fmt(v) for v in s)} |")
     out.append("")
 
-    notes = []
+    cpu_rows = []
     for name, procs, _, _ in ROWS:
-        for impl in ("goro", "go"):
-            for e in extras.get((impl, name, procs), []):
-                if name == "rss_per_parked_goroutine" or impl == "goro":
-                    notes.append((impl, name, procs, e))
-    if notes:
-        out.append("## Details")
+        c = cpu.get(("goro", name, procs))
+        g = samples.get(("goro", name, procs))
+        if c and g:
+            cpu_rows.append(f"| `{name}` | {procs} | {units.get((name, procs), '')} | "
+                            f"{fmt(statistics.median(g))} | {fmt(statistics.median(c))} |")
+    if cpu_rows:
+        out.append("## goro: wall-clock time and process CPU time")
         out.append("")
-        out.append("goro's process CPU time per operation counts every thread of the process "
-                   "(spinning Ms included); the RSS lines give the raw readings.")
+        out.append("CPU time of the whole process (every M, spinning ones included) per "
+                   "operation, median of the repetitions, next to the wall-clock figure of "
+                   "the table above. CPU above wall x procs means work outside the "
+                   "benchmark's goroutines; CPU well below wall means the process waited "
+                   "(on a noisy machine, often for the CPU itself).")
+        out.append("")
+        out.append("| workload | procs | unit | wall | process CPU |")
+        out.append("| --- | ---: | --- | ---: | ---: |")
+        out.extend(cpu_rows)
+        out.append("")
+
+    notes = [(impl, name, procs, e)
+             for name, procs, _, _ in ROWS for impl in ("goro", "go")
+             for e in extras.get((impl, name, procs), [])]
+    if notes:
+        out.append("## Raw readings")
         out.append("")
         for impl, name, procs, e in notes:
             out.append(f"- {impl} `{name}` procs={procs}: {e}")
         out.append("")
 
-    out.append("## How each workload is measured")
-    out.append("")
     rss_count = " or ".join(f"{n:,}" for n in sorted(rss_n)) or "N"
     out.append("""The same code shape on both sides: `bench/goro_bench.cc` and `bench/goro_rss.cc`
 for goro, `bench/go/main.go` for Go. goro runs every benchmark body inside
 `goro::Run` with `Options::max_procs` set to the procs column (one process per
 procs count); Go sets `runtime.GOMAXPROCS`. goro's times are wall-clock
 (Google Benchmark, `UseRealTime`), Go's come from `testing.Benchmark`; both
-run each workload for at least the same minimum time.
+run each workload for at least the same minimum time. Go's figures include
+the work of its garbage collector (goro has none to do); that is part of what
+is compared. Debian's libbenchmark is built without optimisation, which Google
+Benchmark warns about; it costs only outside the timed loop (the per-iteration
+loop code is inline, from the header).
 
 - **spawn+complete**: one iteration starts 10,000 goroutines that each only call
   `WaitGroup::Done`, then waits; time per goroutine.
@@ -207,7 +229,9 @@ run each workload for at least the same minimum time.
 - **RSS per parked goroutine**: """ + rss_count + """ goroutines each count themselves and
   block receiving on one shared channel nobody sends to; RSS (`/proc/self/statm`)
   once all have counted themselves plus 200 ms, minus RSS before spawning, divided
-  by the count. Page tables (`VmPTE`) are not part of RSS; they are listed above.
+  by the count. Page tables (`VmPTE`) are not part of RSS; the row below the
+  target adds them (goro reserves one address range per stack, so every parked
+  goroutine's stack page can need a page-table page of its own).
 """)
     with open(args.out, "w") as f:
         f.write("\n".join(out))
