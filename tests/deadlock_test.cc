@@ -1,0 +1,224 @@
+// Deadlock detection: while a thread waits in Run and every goroutine is
+// blocked with nothing that could wake one, the process ends with Go's
+// "fatal error: all goroutines are asleep - deadlock!". A pending timer is
+// something that could wake one; so is a plain thread inside a goro call; and
+// with no Run waiting there is nobody to report to.
+//
+// Every case runs in a child process: a false report would otherwise end the
+// whole test binary.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+constexpr char kDeadlock[] = "fatal error: all goroutines are asleep - deadlock!";
+
+// In the child: Run(fn) and expect the deadlock report. If it does not come,
+// the watchdog ends the child with a message that does not match.
+void RunExpectingDeadlock(absl::AnyInvocable<void() &&> fn) {
+  goro_test::Watchdog dog(absl::Seconds(20), "expected a deadlock report");
+  goro::Run(std::move(fn), goro_test::TestOptions());
+  fprintf(stderr, "Run returned\n");
+}
+
+// In the child: Run(fn) and exit 0 when it returns normally.
+[[noreturn]] void RunExpectingReturn(absl::AnyInvocable<void() &&> fn) {
+  goro_test::Watchdog dog(absl::Seconds(30), "Run did not return");
+  goro::Run(std::move(fn), goro_test::TestOptions());
+  _exit(0);
+}
+
+TEST(DeadlockTest, RecvForeverOnAChannel) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Chan<int> c;
+                 c.Recv();
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, SendForeverOnAChannel) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Chan<int> c;
+                 c.Send(1);
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, EveryGoroutineBlocked) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Chan<int> a, b;
+                 for (int i = 0; i < 10; ++i) {
+                   goro::Go([a]() mutable { a.Recv(); });
+                 }
+                 goro::Go([b]() mutable { b.Send(1); });
+                 goro::SleepFor(absl::Milliseconds(20));  // a timer, then none
+                 goro::WaitGroup wg;
+                 wg.Add(1);
+                 wg.Wait();
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, MutexLockedTwice) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Mutex mu;
+                 mu.Lock();
+                 mu.Lock();
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, CondVarWaitWithNoSignaller) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Mutex mu;
+                 goro::CondVar cv;
+                 mu.Lock();
+                 cv.Wait(mu);
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, EmptySelect) {
+  EXPECT_DEATH(RunExpectingDeadlock([] { goro::Select(); }), kDeadlock);
+}
+
+TEST(DeadlockTest, NilChannelRecv) {
+  EXPECT_DEATH(RunExpectingDeadlock([] { goro::Chan<int>(nullptr).Recv(); }), kDeadlock);
+}
+
+TEST(DeadlockTest, NestedRunAllBlocked) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Run([] {
+                   goro::Chan<int> c;
+                   c.Recv();
+                 });
+               }),
+               kDeadlock);
+}
+
+// ---------------------------------------------------------------------------
+// Not deadlocks.
+
+TEST(DeadlockTest, SleepingGoroutineIsNotADeadlock) {
+  EXPECT_EXIT(RunExpectingReturn([] {
+                goro::Chan<int> c;
+                goro::Go([c]() mutable {
+                  goro::SleepFor(absl::Milliseconds(300));  // the only thing pending is a timer
+                  c.Send(1);
+                });
+                c.Recv();
+              }),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, RunsOwnSleepIsNotADeadlock) {
+  EXPECT_EXIT(RunExpectingReturn([] { goro::SleepFor(absl::Milliseconds(300)); }),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, PendingAfterInSelectIsNotADeadlock) {
+  EXPECT_EXIT(RunExpectingReturn([] {
+                goro::Chan<int> never;
+                auto timeout = goro::After(absl::Milliseconds(300));
+                std::optional<int> r;
+                std::optional<absl::Time> t;
+                goro::Select(goro::OnRecv(never, &r), goro::OnRecv(timeout, &t));
+              }),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, CondVarWaitForIsNotADeadlock) {
+  EXPECT_EXIT(RunExpectingReturn([] {
+                goro::Mutex mu;
+                goro::CondVar cv;
+                mu.Lock();
+                cv.WaitFor(mu, absl::Milliseconds(300));
+                mu.Unlock();
+              }),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, LeakedBlockedGoroutineDoesNotStopAWorkingRun) {
+  EXPECT_EXIT(RunExpectingReturn([] {
+                goro::Go([] { goro::Chan<int>(nullptr).Recv(); });  // blocked forever
+                goro::Chan<int> c;
+                goro::Go([c]() mutable {
+                  for (int i = 0; i < 100; ++i) c.Send(i);
+                  c.Close();
+                });
+                for ([[maybe_unused]] int& v : c) goro::SleepFor(absl::Milliseconds(1));
+              }),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// With no Run waiting, a blocked goroutine is nobody's deadlock.
+TEST(DeadlockTest, BlockedGoroutineWithoutAWaitingRunIsNotReported) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro::Go([] {
+          goro::Chan<int> c;
+          c.Recv();  // blocks forever
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// A goroutine waiting in Run for a plain thread that is inside a goro call (a
+// goro::SleepFor, then a Send) is not deadlocked: that thread can wake it.
+[[noreturn]] void WaitOnSleepingThreadChild() {
+  goro_test::Watchdog dog(absl::Seconds(30));
+  goro_test::StartRuntime();
+  goro::Chan<int> c;
+  std::thread sender([c]() mutable {
+    goro::SleepFor(absl::Milliseconds(300));
+    c.Send(7);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // sender is asleep
+  int got = 0;
+  goro::Run([&] { got = c.Recv().value_or(-1); }, goro_test::TestOptions());
+  sender.join();
+  _exit(got == 7 ? 0 : 1);
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadInAGoroCallIsNotADeadlock) {
+  EXPECT_EXIT(WaitOnSleepingThreadChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ... nor one waiting for a plain thread blocked in a channel operation.
+[[noreturn]] void WaitOnServerThreadChild() {
+  goro_test::Watchdog dog(absl::Seconds(30));
+  goro_test::StartRuntime();
+  goro::Chan<int> request;
+  goro::Chan<int> reply;
+  std::thread server([request, reply]() mutable {
+    int v = request.Recv().value_or(0);  // blocked here when Run starts
+    reply.Send(v * 2);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int got = 0;
+  goro::Run(
+      [&] {
+        request.Send(21);
+        got = reply.Recv().value_or(-1);
+      },
+      goro_test::TestOptions());
+  server.join();
+  _exit(got == 42 ? 0 : 1);
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadBlockedInRecvIsNotADeadlock) {
+  EXPECT_EXIT(WaitOnServerThreadChild(), ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace

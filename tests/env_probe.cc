@@ -1,0 +1,32 @@
+// goro_env_probe: starts the runtime with default Options (so that the
+// environment decides), runs one goroutine, and prints what it got on stdout:
+//   procs=N ran=1
+// Arguments: --max_procs=N sets Options::max_procs. Anything the runtime says
+// about the environment goes to stderr, which env_test checks.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "goro/goro.h"
+
+int main(int argc, char** argv) {
+  goro::Options opts;
+  for (int i = 1; i < argc; ++i) {
+    if (strncmp(argv[i], "--max_procs=", 12) == 0) {
+      opts.max_procs = atoi(argv[i] + 12);
+    } else {
+      fprintf(stderr, "goro_env_probe: unknown argument %s\n", argv[i]);
+      return 64;
+    }
+  }
+  int ran = 0;
+  goro::Run(
+      [&] {
+        goro::SleepFor(absl::Milliseconds(1));
+        ran = goro::GoroutineId() > 0 ? 1 : 0;
+      },
+      opts);
+  printf("procs=%d ran=%d\n", goro::GetStats().procs, ran);
+  fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,212 @@
+// The environment: GOROMAXPROCS and GORODEBUG are read once when the runtime
+// starts; a bad value is reported on stderr in one line naming it, and the
+// default is used. Options are per process, so each case launches
+// goro_env_probe (env_probe.cc) with its own environment.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace {
+
+struct ProbeResult {
+  int exit_code = -1;  // or 128 + signal
+  std::string out, err;
+  int procs = -1;
+  int ran = 0;
+  std::vector<std::string> err_lines;  // non-empty lines of stderr
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs goro_env_probe with the current environment minus GOROMAXPROCS and
+// GORODEBUG, plus `env`. Kills it after 30 s.
+ProbeResult RunProbe(const std::map<std::string, std::string>& env,
+                     const std::vector<std::string>& args = {}) {
+  ProbeResult r;
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, "GOROMAXPROCS=", 13) == 0 || strncmp(*e, "GORODEBUG=", 10) == 0) continue;
+    env_strings.emplace_back(*e);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  std::vector<std::string> arg_strings = {GORO_ENV_PROBE_PATH};
+  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : arg_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  char out_path[] = "/tmp/goro_env_out_XXXXXX";
+  char err_path[] = "/tmp/goro_env_err_XXXXXX";
+  int out_fd = mkstemp(out_path);
+  int err_fd = mkstemp(err_path);
+  if (out_fd < 0 || err_fd < 0) {
+    ADD_FAILURE() << "mkstemp failed";
+    return r;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_fd);
+  close(err_fd);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << strerror(rc);
+    return r;
+  }
+  int status = 0;
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "goro_env_probe did not finish within 30 s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  unlink(out_path);
+  unlink(err_path);
+  sscanf(r.out.c_str(), "procs=%d ran=%d", &r.procs, &r.ran);
+  for (absl::string_view line : absl::StrSplit(r.err, '\n', absl::SkipWhitespace())) {
+    r.err_lines.emplace_back(line);
+  }
+  return r;
+}
+
+std::string Describe(const ProbeResult& r) {
+  return "exit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out + "stderr:\n" + r.err;
+}
+
+// The number of Ps the runtime picks when nothing in the environment says.
+int DefaultProcs() {
+  static int procs = [] {
+    ProbeResult r = RunProbe({});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_TRUE(r.err.empty()) << "the probe complains with a clean environment:\n" << Describe(r);
+    EXPECT_GE(r.procs, 1) << Describe(r);
+    return r.procs;
+  }();
+  return procs;
+}
+
+TEST(EnvTest, CleanEnvironmentIsQuiet) {
+  ProbeResult r = RunProbe({});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.ran, 1) << Describe(r);
+  EXPECT_TRUE(r.err.empty()) << Describe(r);
+  EXPECT_GE(r.procs, 1);
+}
+
+TEST(EnvTest, GoromaxprocsIsUsed) {
+  ProbeResult r = RunProbe({{"GOROMAXPROCS", "3"}});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.procs, 3) << Describe(r);
+  EXPECT_TRUE(r.err.empty()) << Describe(r);
+}
+
+TEST(EnvTest, ExplicitMaxProcsBeatsGoromaxprocs) {
+  ProbeResult r = RunProbe({{"GOROMAXPROCS", "3"}}, {"--max_procs=2"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.procs, 2) << Describe(r);
+}
+
+TEST(EnvTest, BadGoromaxprocsWarnsOnceAndUsesTheDefault) {
+  int want = DefaultProcs();
+  ProbeResult r = RunProbe({{"GOROMAXPROCS", "abc"}});
+  EXPECT_EQ(r.exit_code, 0) << "a bad value must never crash\n" << Describe(r);
+  EXPECT_EQ(r.ran, 1) << Describe(r);
+  EXPECT_EQ(r.procs, want) << Describe(r);
+  ASSERT_EQ(r.err_lines.size(), 1u) << "expected exactly one warning line\n" << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err_lines[0], "GOROMAXPROCS")) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err_lines[0], "abc")) << "the line must name the bad value\n"
+                                                        << Describe(r);
+}
+
+TEST(EnvTest, OtherBadGoromaxprocsValuesWarnAndUseTheDefault) {
+  int want = DefaultProcs();
+  for (const char* bad : {"-4", "2x", "99999999999999999999"}) {
+    ProbeResult r = RunProbe({{"GOROMAXPROCS", bad}});
+    EXPECT_EQ(r.exit_code, 0) << bad << "\n" << Describe(r);
+    EXPECT_EQ(r.procs, want) << bad << "\n" << Describe(r);
+    EXPECT_EQ(r.err_lines.size(), 1u) << bad << "\n" << Describe(r);
+    EXPECT_TRUE(absl::StrContains(r.err, bad)) << bad << "\n" << Describe(r);
+  }
+}
+
+TEST(EnvTest, BadTimesliceWarnsOnceAndUsesTheDefault) {
+  int want = DefaultProcs();
+  ProbeResult r = RunProbe({{"GORODEBUG", "timeslice=xyz"}});
+  EXPECT_EQ(r.exit_code, 0) << "a bad value must never crash\n" << Describe(r);
+  EXPECT_EQ(r.ran, 1) << Describe(r);
+  EXPECT_EQ(r.procs, want) << Describe(r);
+  ASSERT_EQ(r.err_lines.size(), 1u) << "expected exactly one warning line\n" << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err_lines[0], "timeslice")) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err_lines[0], "xyz")) << "the line must name the bad value\n"
+                                                        << Describe(r);
+}
+
+TEST(EnvTest, GoodGorodebugSettingsAreQuiet) {
+  for (const char* good : {"timeslice=5ms", "asyncpreemptoff=1", "asyncpreemptoff=0",
+                           "timeslice=2ms,asyncpreemptoff=1", "schedtrace=0"}) {
+    ProbeResult r = RunProbe({{"GORODEBUG", good}});
+    EXPECT_EQ(r.exit_code, 0) << good << "\n" << Describe(r);
+    EXPECT_EQ(r.ran, 1) << good << "\n" << Describe(r);
+    EXPECT_TRUE(r.err.empty()) << good << "\n" << Describe(r);
+  }
+}
+
+TEST(EnvTest, BadValueAmongGoodOnesIsReportedAlone) {
+  ProbeResult r = RunProbe({{"GORODEBUG", "asyncpreemptoff=1,timeslice=xyz"}, {"GOROMAXPROCS", "2"}});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.procs, 2) << "a bad GORODEBUG entry must not disturb GOROMAXPROCS\n" << Describe(r);
+  ASSERT_EQ(r.err_lines.size(), 1u) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err_lines[0], "xyz")) << Describe(r);
+}
+
+TEST(EnvTest, BothBadGiveTwoLines) {
+  int want = DefaultProcs();
+  ProbeResult r = RunProbe({{"GORODEBUG", "timeslice=xyz"}, {"GOROMAXPROCS", "abc"}});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.procs, want) << Describe(r);
+  EXPECT_EQ(r.err_lines.size(), 2u) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err, "xyz")) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.err, "abc")) << Describe(r);
+}
+
+}  // namespace

@@ -1,0 +1,204 @@
+// Fatal errors: misuse ends the process with one clear line naming the
+// goroutine, never silent corruption. Go's wording is used for the messages.
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+// Runs `fn` as the binary's Run would, in the death-test child, under a
+// watchdog so that a runtime that neither dies nor returns still ends (with a
+// message the expected regex does not match).
+void RunInChild(absl::AnyInvocable<void() &&> fn) {
+  goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");
+  goro::Run(std::move(fn), goro_test::TestOptions());
+}
+
+// The message must be on one line with the goroutine's id.
+#define GOROUTINE_LINE(what) "goroutine [0-9]+[^\n]*" what
+
+TEST(FatalTest, SendOnClosedChannel) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c(1);
+                 c.Close();
+                 c.Send(1);
+               }),
+               GOROUTINE_LINE("send on closed channel"));
+}
+
+TEST(FatalTest, SendOnClosedUnbufferedChannel) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c;
+                 c.Close();
+                 c.Send(1);
+               }),
+               GOROUTINE_LINE("send on closed channel"));
+}
+
+// Go: closing a channel panics the goroutines blocked sending on it.
+TEST(FatalTest, CloseWhileASenderIsBlocked) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c;
+                 goro::Go([c]() mutable { c.Send(1); });
+                 goro::SleepFor(absl::Milliseconds(50));  // let it block
+                 c.Close();
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("send on closed channel"));
+}
+
+TEST(FatalTest, SelectSendOnClosedChannel) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c(1);
+                 c.Close();
+                 int v = 1;
+                 goro::Select(goro::OnSend(c, &v), goro::OnDefault());
+               }),
+               GOROUTINE_LINE("send on closed channel"));
+}
+
+TEST(FatalTest, CloseOfClosedChannel) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c;
+                 c.Close();
+                 c.Close();
+               }),
+               GOROUTINE_LINE("close of closed channel"));
+}
+
+TEST(FatalTest, CloseOfNilChannel) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c(nullptr);
+                 c.Close();
+               }),
+               GOROUTINE_LINE("close of nil channel"));
+}
+
+TEST(FatalTest, NegativeWaitGroupCounter) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::WaitGroup wg;
+                 wg.Add(1);
+                 wg.Done();
+                 wg.Done();
+               }),
+               GOROUTINE_LINE("negative WaitGroup counter"));
+}
+
+TEST(FatalTest, NegativeWaitGroupAdd) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::WaitGroup wg;
+                 wg.Add(-1);
+               }),
+               GOROUTINE_LINE("negative WaitGroup counter"));
+}
+
+TEST(FatalTest, UnlockOfUnlockedMutex) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Mutex mu;
+                 mu.Unlock();
+               }),
+               GOROUTINE_LINE("unlock of unlocked mutex"));
+}
+
+TEST(FatalTest, DoubleUnlockOfMutex) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Mutex mu;
+                 mu.Lock();
+                 mu.Unlock();
+                 mu.Unlock();
+               }),
+               GOROUTINE_LINE("unlock of unlocked mutex"));
+}
+
+TEST(FatalTest, ExceptionEscapingRunsGoroutine) {
+  EXPECT_DEATH(RunInChild([] { throw std::runtime_error("boom from run 42"); }),
+               "goroutine [0-9]+: uncaught exception: boom from run 42");
+}
+
+TEST(FatalTest, ExceptionEscapingAGoroutineStartedWithGo) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go([] {
+                   goro::Yield();
+                   throw std::logic_error("boom from go 7");
+                 });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               "goroutine [0-9]+: uncaught exception: boom from go 7");
+}
+
+TEST(FatalTest, NonStdExceptionEscapingAGoroutine) {
+  EXPECT_DEATH(RunInChild([] { throw 42; }), "goroutine [0-9]+: uncaught exception");
+}
+
+// Matches a child's stderr that holds "failing goroutine is N" and, on one
+// line, "goroutine N" followed by `what`.
+class NamesGoroutineMatcher : public ::testing::MatcherInterface<const std::string&> {
+ public:
+  explicit NamesGoroutineMatcher(std::string what) : what_(std::move(what)) {}
+  bool MatchAndExplain(const std::string& err,
+                       ::testing::MatchResultListener* listener) const override {
+    const std::string marker = "failing goroutine is ";
+    size_t at = err.find(marker);
+    if (at == std::string::npos) {
+      *listener << "the child never reported its goroutine id";
+      return false;
+    }
+    long long id = std::atoll(err.c_str() + at + marker.size());
+    std::string name = "goroutine " + std::to_string(id);
+    std::istringstream lines(err);
+    std::string line;
+    while (std::getline(lines, line)) {
+      size_t n = line.find(name);
+      if (n == std::string::npos || line.find(what_, n) == std::string::npos) continue;
+      char next = line[n + name.size()];  // not a longer id with the same prefix
+      if (next < '0' || next > '9') return true;
+    }
+    *listener << "no line names " << name << " with \"" << what_ << "\"";
+    return false;
+  }
+  void DescribeTo(std::ostream* os) const override {
+    *os << "names the failing goroutine on the line saying \"" << what_ << "\"";
+  }
+
+ private:
+  std::string what_;
+};
+
+// The id in the message is the goroutine that failed, not some other one.
+TEST(FatalTest, MessageNamesTheFailingGoroutine) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int64_t> id_chan(1);
+                 goro::Go([id_chan]() mutable {
+                   id_chan.Send(goro::GoroutineId());
+                   goro::SleepFor(absl::Milliseconds(20));
+                   goro::Chan<int> c;
+                   c.Close();
+                   c.Close();
+                 });
+                 int64_t id = id_chan.Recv().value_or(-1);
+                 fprintf(stderr, "failing goroutine is %lld\n", static_cast<long long>(id));
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               ::testing::MakeMatcher(new NamesGoroutineMatcher("close of closed channel")));
+}
+
+// Off a goroutine there is no goroutine to name, but misuse is still fatal.
+TEST(FatalTest, CloseOfClosedChannelOnAPlainThread) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");
+        goro::Chan<int> c;
+        c.Close();
+        c.Close();
+      },
+      "close of closed channel");
+}
+
+}  // namespace

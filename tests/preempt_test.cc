@@ -1,0 +1,306 @@
+// Preemption: a goroutine that never reaches a safe point is interrupted by a
+// signal; one that calls Checkpoint() yields cooperatively; with async
+// preemption off, a loop with no calls starves the others. The hog loops below
+// contain no calls (they are noinline functions over a relaxed atomic load, so
+// the loop body is a load and a branch).
+//
+// Tests that need Options other than the binary's (async preemption off, a
+// short time slice) or a GORODEBUG setting run in a child process.
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::Eventually;
+using goro_test::RunBounded;
+
+// A loop with no calls and no safe points.
+__attribute__((noinline)) void HogUntil(const std::atomic<bool>* stop) {
+  while (!stop->load(std::memory_order_relaxed)) {
+  }
+}
+
+// The same loop with a safe point in it.
+__attribute__((noinline)) void CooperativeHogUntil(const std::atomic<bool>* stop) {
+  while (!stop->load(std::memory_order_relaxed)) goro::Checkpoint();
+}
+
+// With max_procs=2, starts `hogs` goroutines running `hog`, then asks for the
+// main goroutine to be scheduled again (a 20 ms sleep) and sets `stop`. Returns
+// whether it managed to within `limit` (the child's plain-thread watchdog ends
+// the wait). Exits the process: 0 when the outcome was `expect_stop`.
+[[noreturn]] void HogScenarioInChild(const goro::Options& opts, void (*hog)(const std::atomic<bool>*),
+                                     int hogs, bool expect_stop, absl::Duration limit) {
+  static std::atomic<bool> stop{false};
+  static std::atomic<int> hogs_running{0};
+  static std::atomic<bool> expected{false};
+  expected = expect_stop;
+  // A plain thread decides the outcome if the runtime cannot.
+  std::thread([limit] {
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(limit));
+    fprintf(stderr, "after %s: stop %s set, %d hogs running\n", absl::FormatDuration(limit).c_str(),
+            stop.load() ? "was" : "was not", hogs_running.load());
+    _exit(expected.load() == stop.load() ? 0 : 10);
+  }).detach();
+  goro::Run(
+      [hog, hogs] {
+        for (int i = 0; i < hogs; ++i) {
+          goro::Go([hog] {
+            ++hogs_running;
+            hog(&stop);
+          });
+        }
+        // Let the hogs take both Ps, then ask to run again.
+        goro::SleepFor(absl::Milliseconds(20));
+        stop = true;
+      },
+      opts);
+  goro::Stats s = goro::GetStats();
+  fprintf(stderr,
+          "stop set; async_preemptions=%llu cooperative_preemptions=%llu preempt_signals_sent=%llu\n",
+          static_cast<unsigned long long>(s.async_preemptions),
+          static_cast<unsigned long long>(s.cooperative_preemptions),
+          static_cast<unsigned long long>(s.preempt_signals_sent));
+  if (!expect_stop) _exit(11);
+  if (!opts.async_preemption && s.async_preemptions != 0) _exit(12);
+  if (opts.async_preemption && s.async_preemptions == 0) _exit(13);
+  if (!opts.async_preemption && s.cooperative_preemptions == 0) _exit(14);
+  _exit(0);
+}
+
+goro::Options TwoProcs(bool async) {
+  goro::Options opts = goro_test::TestOptions();
+  opts.async_preemption = async;
+  return opts;
+}
+
+TEST(PreemptTest, TightLoopWithoutCallsIsPreemptedAsynchronously) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(true), HogUntil, 2, /*expect_stop=*/true, absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(PreemptTest, CheckpointHonoursPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), CooperativeHogUntil, 2, /*expect_stop=*/true,
+                                 absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// The control for the first test: without the signal, nothing interrupts the
+// hogs and the main goroutine never runs again.
+TEST(PreemptTest, TightLoopStarvesOthersWithAsyncPreemptionOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), HogUntil, 2, /*expect_stop=*/false,
+                                 absl::Seconds(2)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(PreemptTest, GorodebugAsyncPreemptOffStarvesATightLoop) {
+  EXPECT_EXIT(
+      {
+        setenv("GORODEBUG", "asyncpreemptoff=1", 1);
+        HogScenarioInChild(TwoProcs(true), HogUntil, 2, /*expect_stop=*/false, absl::Seconds(2));
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// In the binary's own runtime (async on): more hogs than Ps, all finish.
+TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
+  RunBounded([] {
+    constexpr int kHogs = 4;
+    std::atomic<bool> stop{false};
+    std::atomic<int> started{0};
+    goro::WaitGroup wg;
+    wg.Add(kHogs);
+    for (int i = 0; i < kHogs; ++i) {
+      goro::Go([&] {
+        ++started;
+        HogUntil(&stop);
+        wg.Done();
+      });
+    }
+    // Every hog gets a turn although each would run forever.
+    EXPECT_TRUE(Eventually([&] { return started.load() == kHogs; }, absl::Seconds(30)))
+        << started.load() << " of " << kHogs << " hogs ever ran";
+    stop = true;
+    wg.Wait();
+    EXPECT_GT(goro::GetStats().async_preemptions, 0u);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// State survives asynchronous preemption.
+
+// Integer, scalar floating point, and 256-/512-bit vector chains kept in
+// registers by a loop with no calls; the result must match the same code run
+// on a plain thread.
+struct Chains {
+  uint64_t gpr[8];
+  double fp[4];
+  uint64_t v256[16];
+  uint64_t v512[16];
+};
+
+__attribute__((noinline)) void GprAndFpChain(uint64_t iters, uint64_t seed, Chains* out) {
+  uint64_t a = seed, b = seed * 3 + 1, c = seed ^ 0x9e3779b97f4a7c15ull, d = ~seed, e = seed << 7,
+           f = seed + 11, g = seed * seed, h = 0x1234567;
+  double x = 1.0 + static_cast<double>(seed % 7), y = 0.5, z = 0.25, w = 2.0;
+  for (uint64_t i = 0; i < iters; ++i) {
+    a ^= a << 13;
+    a ^= a >> 7;
+    a ^= a << 17;
+    b += a;
+    c ^= b >> 3;
+    d = d * 6364136223846793005ull + c;
+    e += d ^ (e >> 11);
+    f ^= e + (f << 5);
+    g = g * 0x5851f42d4c957f2dull + f;
+    h += g >> 17;
+    x = x * 1.0000001 + 1e-9;
+    y = y * 0.9999999 + x * 1e-12;
+    z = z + y * 1e-6 - z * 1e-7;
+    w = w * 1.00000003 - 1e-10;
+  }
+  uint64_t r[8] = {a, b, c, d, e, f, g, h};
+  memcpy(out->gpr, r, sizeof(r));
+  double s[4] = {x, y, z, w};
+  memcpy(out->fp, s, sizeof(s));
+}
+
+typedef uint64_t V4 __attribute__((vector_size(32)));
+typedef uint64_t V8 __attribute__((vector_size(64)));
+
+__attribute__((noinline, target("avx2"))) void Avx2Chain(uint64_t iters, uint64_t seed, Chains* out) {
+  V4 p = {seed, seed + 1, seed + 2, seed + 3}, q = {~seed, 5, 7, 11}, r = {13, 17, 19, seed * 3},
+     s = {0x9e3779b97f4a7c15ull, 1, 2, 3};
+  for (uint64_t i = 0; i < iters; ++i) {
+    p ^= p << 13;
+    p ^= p >> 7;
+    p ^= p << 17;
+    q += p;
+    r ^= q >> 3;
+    s += r ^ (s << 5);
+  }
+  V4 parts[4] = {p, q, r, s};
+  memcpy(out->v256, parts, sizeof(parts));
+}
+
+__attribute__((noinline, target("avx512f"))) void Avx512Chain(uint64_t iters, uint64_t seed,
+                                                              Chains* out) {
+  V8 p = {seed, seed + 1, seed + 2, seed + 3, seed + 4, seed + 5, seed + 6, seed + 7};
+  V8 q = {~seed, 5, 7, 11, 13, 17, 19, 23};
+  for (uint64_t i = 0; i < iters; ++i) {
+    p ^= p << 13;
+    p ^= p >> 7;
+    p ^= p << 17;
+    q += p ^ (q >> 3);
+  }
+  V8 parts[2] = {p, q};
+  memcpy(out->v512, parts, sizeof(parts));
+}
+
+void ComputeChains(uint64_t iters, uint64_t seed, bool avx2, bool avx512, Chains* out) {
+  memset(out, 0, sizeof(*out));
+  GprAndFpChain(iters, seed, out);
+  if (avx2) Avx2Chain(iters, seed, out);
+  if (avx512) Avx512Chain(iters, seed, out);
+}
+
+[[noreturn]] void RegistersChild(bool avx2, bool avx512) {
+  goro_test::Watchdog dog(absl::Seconds(90));
+  goro::Options opts = goro_test::TestOptions();
+  opts.time_slice = absl::Milliseconds(1);  // many preemptions per second
+  constexpr int kGoroutines = 6;
+  constexpr uint64_t kIters = 30'000'000;
+  std::vector<Chains> want(kGoroutines);
+  std::vector<Chains> got(kGoroutines);
+  std::thread reference([&] {
+    for (int i = 0; i < kGoroutines; ++i) ComputeChains(kIters, i + 1, avx2, avx512, &want[i]);
+  });
+  reference.join();
+  goro::Run(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(kGoroutines);
+        for (int i = 0; i < kGoroutines; ++i) {
+          goro::Go([&, i] {
+            ComputeChains(kIters, i + 1, avx2, avx512, &got[i]);
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      opts);
+  goro::Stats s = goro::GetStats();
+  fprintf(stderr, "async_preemptions=%llu (avx2 %d, avx512 %d)\n",
+          static_cast<unsigned long long>(s.async_preemptions), avx2, avx512);
+  int bad = 0;
+  for (int i = 0; i < kGoroutines; ++i) {
+    if (memcmp(&want[i], &got[i], sizeof(Chains)) != 0) {
+      fprintf(stderr, "goroutine %d: registers corrupted: gpr %d fp %d v256 %d v512 %d\n", i,
+              memcmp(want[i].gpr, got[i].gpr, sizeof(want[i].gpr)) != 0,
+              memcmp(want[i].fp, got[i].fp, sizeof(want[i].fp)) != 0,
+              memcmp(want[i].v256, got[i].v256, sizeof(want[i].v256)) != 0,
+              memcmp(want[i].v512, got[i].v512, sizeof(want[i].v512)) != 0);
+      ++bad;
+    }
+  }
+  if (bad != 0) _exit(1);
+  if (s.async_preemptions < 100) {
+    fprintf(stderr, "too few preemptions to mean anything\n");
+    _exit(2);
+  }
+  _exit(0);
+}
+
+TEST(PreemptTest, RegistersSurviveThousandsOfPreemptions) {
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  EXPECT_EXIT(RegistersChild(avx2, avx512), ::testing::ExitedWithCode(0), "");
+}
+
+// errno belongs to the goroutine: set it, get preempted (and perhaps moved to
+// another thread) inside a loop with no calls, and read it back.
+__attribute__((noinline)) void SpinIterations(uint64_t n, std::atomic<uint64_t>* sink) {
+  uint64_t x = 0;
+  for (uint64_t i = 0; i < n; ++i) x += i ^ (x >> 3);
+  sink->store(x, std::memory_order_relaxed);
+}
+
+TEST(PreemptTest, ErrnoTravelsWithTheGoroutine) {
+  RunBounded([] {
+    constexpr int kGoroutines = 4;
+    std::atomic<int> wrong{0};
+    std::atomic<uint64_t> sink{0};
+    goro::WaitGroup wg;
+    wg.Add(kGoroutines);
+    uint64_t before = goro::GetStats().async_preemptions;
+    for (int g = 0; g < kGoroutines; ++g) {
+      goro::Go([&, g] {
+        for (int round = 0; round < 20; ++round) {
+          int mine = 1000 + g * 100 + round;
+          errno = mine;
+          SpinIterations(20'000'000, &sink);  // ~a time slice or more, no calls
+          if (errno != mine) ++wrong;
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(wrong.load(), 0);
+    // Informative: the test only means something if preemptions happened.
+    ::testing::Test::RecordProperty("async_preemptions", std::to_string(goro::GetStats().async_preemptions - before));
+  });
+}
+
+}  // namespace

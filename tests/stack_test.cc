@@ -1,0 +1,232 @@
+// Goroutine stacks: overflow is caught and reported, deep recursion within the
+// reservation works, stacks stay put while parked, and a million parked
+// goroutines fit under vm.max_map_count because the guard page does not split
+// the stack's mapping (MADV_GUARD_INSTALL).
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::RunBounded;
+
+// ---------------------------------------------------------------------------
+// Overflow.
+
+volatile bool g_keep_going = true;
+
+// Recurses until `g_keep_going` is false (never, in practice), using about 1 KiB
+// of stack per frame; the volatile array and the work after the call stop the
+// compiler from turning it into a loop.
+__attribute__((noinline)) int RecurseForever(int depth) {
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(depth);
+  frame[sizeof(frame) - 1] = static_cast<char>(depth);
+  if (!g_keep_going) return frame[0];
+  return RecurseForever(depth + 1) + frame[sizeof(frame) - 1];
+}
+
+TEST(StackTest, UnboundedRecursionDiesWithStackOverflow) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro::Run([] { RecurseForever(0); }, goro_test::TestOptions());
+      },
+      "goroutine [0-9]+: stack overflow");
+}
+
+TEST(StackTest, OverflowOnAGoroutineStartedWithGo) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro::Run(
+            [] {
+              goro::WaitGroup wg;
+              wg.Add(1);
+              goro::Go([&wg] {
+                RecurseForever(0);
+                wg.Done();
+              });
+              wg.Wait();
+            },
+            goro_test::TestOptions());
+      },
+      "goroutine [0-9]+: stack overflow");
+}
+
+TEST(StackTest, OverflowWithASmallStackSize) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro::Options opts = goro_test::TestOptions();
+        opts.stack_size = 64 << 10;
+        goro::Run([] { RecurseForever(0); }, opts);
+      },
+      "goroutine [0-9]+: stack overflow");
+}
+
+// ---------------------------------------------------------------------------
+// Deep but bounded recursion and stack reuse.
+
+__attribute__((noinline)) int RecurseTo(int depth) {
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(depth);
+  if (depth == 0) return frame[0];
+  return RecurseTo(depth - 1) + frame[0];
+}
+
+TEST(StackTest, HalfTheDefaultStackIsUsable) {
+  RunBounded([] {
+    // ~1.1 KiB per frame: about 560 KiB of the 1 MiB reservation.
+    goro::WaitGroup wg;
+    std::atomic<int> done{0};
+    wg.Add(4);
+    for (int i = 0; i < 4; ++i) {
+      goro::Go([&] {
+        RecurseTo(500);
+        goro::Yield();
+        RecurseTo(500);
+        ++done;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(done.load(), 4);
+  });
+}
+
+TEST(StackTest, ManyShortLivedGoroutinesWithDeepStacks) {
+  // Stacks come back to the pools dirty and are reused.
+  RunBounded([] {
+    std::atomic<int> done{0};
+    for (int round = 0; round < 20; ++round) {
+      goro::WaitGroup wg;
+      wg.Add(100);
+      for (int i = 0; i < 100; ++i) {
+        goro::Go([&, i] {
+          RecurseTo(64 + (i % 4) * 64);
+          ++done;
+          wg.Done();
+        });
+      }
+      wg.Wait();
+    }
+    EXPECT_EQ(done.load(), 2000);
+  });
+}
+
+// Stacks never move: a pointer into a parked goroutine's stack stays valid.
+TEST(StackTest, PointersIntoAParkedStackStayValid) {
+  RunBounded([] {
+    goro::Chan<int*> addresses;
+    goro::Chan<int> written;
+    std::atomic<int> seen{-1};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      int local = 0;
+      addresses.Send(&local);
+      written.Recv();  // parked; the other goroutine writes to `local`
+      goro::SleepFor(absl::Milliseconds(1));
+      seen = local;
+      wg.Done();
+    });
+    int* p = addresses.Recv().value_or(nullptr);
+    ASSERT_NE(p, nullptr);
+    *p = 1234;
+    written.Send(1);
+    wg.Wait();
+    EXPECT_EQ(seen.load(), 1234);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// A million parked goroutines.
+
+int64_t CountLines(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+int64_t ReadInt(const char* path) {
+  std::ifstream in(path);
+  int64_t v = -1;
+  in >> v;
+  return v;
+}
+
+// Whether this kernel accepts madvise(MADV_GUARD_INSTALL) (Linux 6.13+).
+bool KernelHasMadvGuardInstall() {
+  constexpr int kMadvGuardInstall = 102;
+  long page = sysconf(_SC_PAGESIZE);
+  void* p = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  bool ok = madvise(p, page, kMadvGuardInstall) == 0;
+  munmap(p, 2 * page);
+  return ok;
+}
+
+// Needs MADV_GUARD_INSTALL: with an mprotect guard every stack is two mappings
+// and a million of them cannot fit under the default vm.max_map_count (65530).
+// On an older kernel this test is expected to fail; it says so in its output.
+TEST(StackTest, MillionParkedGoroutinesNeedMadvGuardInstall) {
+  const bool guard_install = KernelHasMadvGuardInstall();
+  utsname u{};
+  uname(&u);
+  const int64_t max_map_count = ReadInt("/proc/sys/vm/max_map_count");
+  std::string context = std::string("kernel ") + u.release + ", MADV_GUARD_INSTALL " +
+                        (guard_install ? "supported" : "NOT supported (expected to fail)") +
+                        ", vm.max_map_count " + std::to_string(max_map_count);
+  RecordProperty("environment", context);
+  fprintf(stderr, "%s\n", context.c_str());
+
+  constexpr int kGoroutines = 1'000'000;
+  int64_t maps_while_parked = -1;
+  int64_t live_while_parked = -1;
+  std::atomic<int> woke{0};
+  RunBounded(
+      [&] {
+        goro::Chan<int> gate;
+        goro::WaitGroup started, finished;
+        started.Add(kGoroutines);
+        finished.Add(kGoroutines);
+        for (int i = 0; i < kGoroutines; ++i) {
+          goro::Go([&] {
+            started.Done();
+            gate.Recv();  // parks here until the Close below
+            ++woke;
+            finished.Done();
+          });
+        }
+        started.Wait();
+        goro::SleepFor(absl::Milliseconds(200));  // let the last ones park
+        live_while_parked = goro::GetStats().goroutines_live;
+        maps_while_parked = CountLines("/proc/self/maps");
+        gate.Close();
+        finished.Wait();
+      },
+      absl::Seconds(240));
+  fprintf(stderr, "/proc/self/maps had %lld lines with %lld goroutines live\n",
+          static_cast<long long>(maps_while_parked), static_cast<long long>(live_while_parked));
+  EXPECT_EQ(woke.load(), kGoroutines);
+  EXPECT_GE(live_while_parked, kGoroutines);
+  ASSERT_GT(max_map_count, 0);
+  EXPECT_LT(maps_while_parked, max_map_count / 4)
+      << "guard pages split the stack mappings (" << context << ")";
+}
+
+}  // namespace
