@@ -50,7 +50,8 @@ TEST(SchedTest, GoroutineIdsArePositiveAndDistinct) {
     wg.Add(kGoroutines);
     goro::Chan<int> gate;  // keep all of them alive at once, so ids cannot be reused
     for (int i = 0; i < kGoroutines; ++i) {
-      goro::Go([&] {
+      // `gate` by value: these goroutines are still leaving Recv when fn returns.
+      goro::Go([&mu, &ids, &wg, gate]() mutable {
         int64_t id = goro::GoroutineId();
         {
           std::lock_guard<goro::Mutex> lock(mu);
@@ -467,6 +468,7 @@ struct ExitArgs {
 
 __attribute__((noinline)) void ExitFromDepth(int depth, ExitArgs* args) {
   CountOnDestroy guard{&args->destroyed};
+  if (depth < 0) return;
   if (depth == 0) pthread_exit(nullptr);
   ExitFromDepth(depth - 1, args);
 }
