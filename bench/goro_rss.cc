@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   double pt_per_g = 0;
   goro::Run(
       [&] {
+        // The goroutine of the Run above may still be counted for a moment
+        // after that Run returned; let the count settle before taking it.
+        goro::SleepFor(absl::Milliseconds(50));
         const int64_t live0 = goro::GetStats().goroutines_live;
         const int64_t before = RssKiB();
         const int64_t pte_before = StatusKiB("VmPTE");
@@ -106,10 +109,10 @@ int main(int argc, char** argv) {
         r.value = static_cast<double>(parked - before) / static_cast<double>(n);
         r.extra = absl::StrFormat(
             "rss_kib before=%d spawned=%d parked=%d released=%d; page_tables_kib before=%d "
-            "parked=%d (%.2f KiB/goroutine, not in RSS); goroutines_live while parked=%d; "
+            "parked=%d (%.2f KiB/goroutine, not in RSS); goroutines_live before=%d, while parked=+%d; "
             "spawn+park %s",
             before, spawned, parked, released, pte_before, pte_parked,
-            pt_per_g, live,
+            pt_per_g, live0, live,
             absl::FormatDuration(absl::Trunc(spawn_park, absl::Milliseconds(1))));
         if (live < n) {
           r.error = absl::StrFormat("only %d of %d goroutines live while parked", live, n);
