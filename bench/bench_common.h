@@ -197,7 +197,7 @@ class Watchdog {
       if (at == 0 || NowNs() - at < limit_ns_) continue;
       const goro::Stats s = goro::GetStats();
       std::fprintf(stderr,
-                   "goro bench watchdog: %s has not finished after %.0f s; "
+                   "goro bench watchdog: %s has not finished after %.3g s; "
                    "stats: created=%llu live=%lld procs=%d threads=%d steals=%llu "
                    "handoffs=%llu async_preemptions=%llu cooperative_preemptions=%llu\n",
                    what_.load(std::memory_order_relaxed), limit_ns_ / 1e9,

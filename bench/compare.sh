@@ -39,6 +39,9 @@ RSS_N="${RSS_N:-1000000}"
 RSS_REPS="${RSS_REPS:-1}"
 RSS_PROCS=2
 RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
+# goro's own watchdog (one goro::Run that does not return) fires first, with
+# the runtime's counters in its message.
+WATCHDOG=$((RUN_TIMEOUT * 3 / 4 > 0 ? RUN_TIMEOUT * 3 / 4 : 1))
 OUT="${OUT:-$ROOT/bench/RESULTS.md}"
 PROCS_LIST=(1 2)
 
@@ -81,7 +84,9 @@ run() {
   shift 3
   local errf="$BUILD/last.stderr" out rc=0
   echo "== $impl $name procs=$procs: $*" >>"$LOG"
-  out=$(timeout -k 10 "$RUN_TIMEOUT" "$@" 2>"$errf") || rc=$?
+  # SIGQUIT first: Go, and goro's SIGQUIT dump, print every goroutine's stack
+  # into the log before the process ends.
+  out=$(timeout -s QUIT -k 10 "$RUN_TIMEOUT" "$@" 2>"$errf") || rc=$?
   cat "$errf" >>"$LOG"
   local lines
   lines=$(printf '%s\n' "$out" | grep '^{' || true)
@@ -122,7 +127,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     echo "== repetition $rep/$REPS, procs=$procs"
     for name in "${names[@]}"; do
       goro_cmd=("$BUILD/goro_bench" --procs="$procs" --jsonl --benchmark_min_time="$MIN_TIME"
-                --benchmark_filter="^$name/" --watchdog="$RUN_TIMEOUT")
+                --benchmark_filter="^$name/" --watchdog="$WATCHDOG")
       go_cmd=("$BUILD/gobench" -procs="$procs" -benchtime="${MIN_TIME}s" -filter="^$name\$")
       if ((rep % 2 == 1)); then
         run goro "$name" "$procs" "${goro_cmd[@]}"
@@ -138,7 +143,7 @@ done
 echo "== RSS per parked goroutine, $RSS_N goroutines, procs=$RSS_PROCS"
 for ((rep = 1; rep <= RSS_REPS; rep++)); do
   run goro rss_per_parked_goroutine "$RSS_PROCS" \
-    "$BUILD/goro_rss" --procs="$RSS_PROCS" --n="$RSS_N" --watchdog="$RUN_TIMEOUT"
+    "$BUILD/goro_rss" --procs="$RSS_PROCS" --n="$RSS_N" --watchdog="$WATCHDOG"
   run go rss_per_parked_goroutine "$RSS_PROCS" \
     "$BUILD/gobench" -procs="$RSS_PROCS" -rss -n="$RSS_N"
 done
