@@ -86,14 +86,22 @@ void BM_SpawnComplete(benchmark::State& state) {
 }
 
 // yield: this goroutine and a partner both call goro::Yield in a loop on one
-// P; one iteration is two Yields (ours and the partner's). Reported per Yield.
+// P. Reported per Yield, counting both goroutines' calls (the partner counts
+// its own; with strict alternation that is two Yields per iteration). A
+// partner that ran far less often than we yielded means Yield did not switch.
 void BM_Yield(benchmark::State& state) {
   InGoroutine("yield", [&state] {
     std::atomic<bool> stop{false};
+    int64_t partner_yields = 0;  // written by the partner before done.Done()
     goro::WaitGroup done;
     done.Add(1);
     goro::Go([&] {
-      while (!stop.load(std::memory_order_relaxed)) goro::Yield();
+      int64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        goro::Yield();
+        ++n;
+      }
+      partner_yields = n;
       done.Done();
     });
     goro::Yield();  // let the partner reach its loop
@@ -102,6 +110,14 @@ void BM_Yield(benchmark::State& state) {
     }
     stop.store(true, std::memory_order_relaxed);
     done.Wait();
+    const auto iters = static_cast<int64_t>(state.iterations());
+    state.counters["ops_per_iter"] =
+        static_cast<double>(iters + partner_yields) / static_cast<double>(iters);
+    if (partner_yields < iters / 2) {
+      Fail(state, absl::StrFormat("yield: the partner yielded %d times while we yielded %d: "
+                                  "Yield does not alternate",
+                                  partner_yields, iters));
+    }
   });
 }
 
@@ -233,7 +249,8 @@ void BM_Fib27(benchmark::State& state) {
 struct Workload {
   const char* name;
   std::vector<int> procs;  // the procs counts it is meant for
-  double ops_per_iter;     // operations in one benchmark iteration
+  double ops_per_iter;     // operations in one iteration (unless the
+                           // benchmark sets the "ops_per_iter" counter)
   const char* unit;        // of the reported figure
   double scale;            // reported value = seconds per op * scale
   void (*fn)(benchmark::State&);
@@ -271,10 +288,15 @@ class JsonLinesReporter : public benchmark::ConsoleReporter {
       if (run.error_occurred) {
         r.error = run.error_message;
       } else if (w != nullptr && run.iterations > 0) {
-        const double per_op = run.real_accumulated_time /
-                              static_cast<double>(run.iterations) / w->ops_per_iter;
-        const double cpu_per_op = run.cpu_accumulated_time /
-                                  static_cast<double>(run.iterations) / w->ops_per_iter;
+        // A workload that counts its operations itself says so in a counter.
+        double ops = w->ops_per_iter;
+        if (auto it = run.counters.find("ops_per_iter"); it != run.counters.end()) {
+          ops = it->second.value;
+        }
+        const double per_op =
+            run.real_accumulated_time / static_cast<double>(run.iterations) / ops;
+        const double cpu_per_op =
+            run.cpu_accumulated_time / static_cast<double>(run.iterations) / ops;
         r.value = per_op * w->scale;
         r.unit = w->unit;
         r.cpu_value = cpu_per_op * w->scale;

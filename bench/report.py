@@ -201,6 +201,8 @@ def main():
             out.append(f"- {impl} `{name}` procs={procs}: {e}")
         out.append("")
 
+    out.append("## How each workload is measured")
+    out.append("")
     rss_count = " or ".join(f"{n:,}" for n in sorted(rss_n)) or "N"
     out.append("""The same code shape on both sides: `bench/goro_bench.cc` and `bench/goro_rss.cc`
 for goro, `bench/go/main.go` for Go. goro runs every benchmark body inside

@@ -74,6 +74,9 @@ type workload struct {
 	fn         func(b *testing.B)
 }
 
+// Set by a workload that counts its operations itself (its last run wins).
+var opsPerIterOverride float64
+
 var workloads = []workload{
 	{"spawn_complete", []int{1, 2}, spawnBatch, "ns/goroutine", 1, benchSpawn},
 	{"yield", []int{1}, 2, "ns/yield", 1, benchYield},
@@ -98,15 +101,20 @@ func benchSpawn(b *testing.B) {
 }
 
 // yield: this goroutine and a partner both call runtime.Gosched in a loop on
-// one P; each iteration is two Gosched calls (ours and the partner's).
+// one P. Reported per Gosched, counting both goroutines' calls (the partner
+// counts its own; with strict alternation that is two per iteration).
 func benchYield(b *testing.B) {
 	var stop atomic.Bool
 	var done sync.WaitGroup
+	var partnerYields int // written by the partner before done.Done()
 	done.Add(1)
 	go func() {
+		n := 0
 		for !stop.Load() {
 			runtime.Gosched()
+			n++
 		}
+		partnerYields = n
 		done.Done()
 	}()
 	runtime.Gosched() // let the partner reach its loop
@@ -117,6 +125,11 @@ func benchYield(b *testing.B) {
 	b.StopTimer()
 	stop.Store(true)
 	done.Wait()
+	opsPerIterOverride = float64(b.N+partnerYields) / float64(b.N)
+	if partnerYields < b.N/2 {
+		fatalf("yield: the partner yielded %d times while we yielded %d: Gosched does not alternate",
+			partnerYields, b.N)
+	}
 }
 
 // chan_unbuffered_pingpong: one round trip per iteration over two unbuffered
@@ -354,11 +367,16 @@ func main() {
 		if !re.MatchString(w.name) || (!*all && !contains(w.procs, *procs)) {
 			continue
 		}
+		opsPerIterOverride = 0
 		r := testing.Benchmark(w.fn)
 		if r.N == 0 {
 			fatalf("%s: benchmark did not run", w.name)
 		}
-		nsPerOp := float64(r.T.Nanoseconds()) / float64(r.N) / w.opsPerIter
+		ops := w.opsPerIter
+		if opsPerIterOverride > 0 {
+			ops = opsPerIterOverride
+		}
+		nsPerOp := float64(r.T.Nanoseconds()) / float64(r.N) / ops
 		emit(result{Name: w.name, Procs: *procs, Value: nsPerOp * w.scale, Unit: w.unit, Iters: r.N})
 	}
 }
