@@ -196,6 +196,7 @@ size_t ChanLen(const ChanCore* c) { return c->count_; }
 size_t ChanCap(const ChanCore* c) { return c->cap_; }
 
 void ChanSend(ChanCore* c, void* elem) {
+  RuntimeScope scope;
   if (c == nullptr) BlockForever(WaitReason::kChanSendNilChan);
   c->lock.Lock();
   if (c->closed_) {
@@ -227,6 +228,7 @@ bool ChanOffer(ChanCore* c, void* elem) {
 }
 
 void ChanRecv(ChanCore* c, void* out) {
+  RuntimeScope scope;
   if (c == nullptr) BlockForever(WaitReason::kChanReceiveNilChan);
   c->lock.Lock();
   bool received = false;
@@ -245,6 +247,7 @@ void ChanRecv(ChanCore* c, void* out) {
 }
 
 void ChanClose(ChanCore* c) {
+  RuntimeScope scope;
   if (c == nullptr) FatalG("close of nil channel");
   c->lock.Lock();
   if (c->closed_) {
@@ -293,6 +296,7 @@ bool UnlockAll(G*, void* arg) {
 }  // namespace
 
 int SelectImpl(SelectCaseRep* cases, int n) {
+  RuntimeScope scope;
   if (n > kMaxSelectCases) FatalG(absl::StrCat("select with ", n, " cases (limit ", kMaxSelectCases, ")"));
   int default_index = -1;
   // Poll order: a random permutation of the cases with non-nil channels.

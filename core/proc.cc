@@ -94,6 +94,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "arch/cpu.h"
 #include "core/env.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
@@ -101,7 +102,7 @@
 
 namespace goro::internal {
 
-Sched sched;
+Sched& sched = *new Sched();
 
 namespace {
 
@@ -256,6 +257,7 @@ void AcquireP(M* m, P* p) {
   p->status = P::Status::kRunning;
   p->m = m;
   m->p = p;
+  WakeSysmon();
 }
 
 // ---------------------------------------------------------------------------
@@ -367,7 +369,9 @@ void StopM(M* m) {
 // Run(), the program can never make progress.
 void CheckDeadLocked() {
   if (sched.run_waiters == 0) return;
-  if (sched.mcount - sched.nmidle > 0) return;  // someone is running (or timing)
+  // Someone is running (or sleeping until a timer). Ms wired to a blocked
+  // goroutine are as idle as the goroutine.
+  if (sched.mcount - sched.nmidle - sched.nmlocked > 0) return;
   if (sched.runq_size.load() != 0) return;
   for (P* p : sched.allp) {
     if (!p->runq.Empty()) return;
@@ -417,11 +421,22 @@ G* FindRunnable(M* m, bool* inherit) {
   for (;;) {
     P* p = m->p;
     *inherit = false;
-    if (p->timer0_when.load(std::memory_order_relaxed) != 0) RunTimers(p, Nanotime());
+    bool timer_readied = false;
+    if (p->timer0_when.load(std::memory_order_relaxed) != 0) {
+      RunTimers(p, Nanotime());
+      timer_readied = !p->runq.Empty();
+    }
 
-    if (p->schedtick % 61 == 0 && sched.runq_size.load(std::memory_order_relaxed) > 0) {
-      absl::MutexLock lock(&sched.mu);
-      if (G* g = GlobrunqGetLocked(p, 1)) return g;
+    // The global queue's turn, once every 61 slices. A goroutine its timer
+    // just woke is not made to wait a whole slice more for it: the turn is
+    // deferred to the next schedule (which keeps the guarantee).
+    if (p->schedtick.load(std::memory_order_relaxed) % 61 == 0) p->global_turn_due = true;
+    if (p->global_turn_due && !timer_readied) {
+      p->global_turn_due = false;
+      if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
+        absl::MutexLock lock(&sched.mu);
+        if (G* g = GlobrunqGetLocked(p, 1)) return g;
+      }
     }
     if (G* g = p->runq.Get(inherit)) return g;
     if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
@@ -549,16 +564,25 @@ void GfreePut(P* p, G* g) {
 // Runs g on the current M until it switches back to g0.
 void Execute(M* m, G* g, bool inherit) {
   P* p = m->p;
-  if (!inherit) p->schedtick++;
+  if (!inherit || p->slice_spent) {
+    p->slice_spent = false;
+    // A new time slice: stamp it before publishing the tick, so that sysmon
+    // never pairs a new tick with an old start.
+    p->slice_start_tsc.store(arch::ReadTsc(), std::memory_order_relaxed);
+    p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
   if (g->stack.hi == 0) {
     g->stack = StackAlloc(p);
-    g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
   }
+  // Any preemption request was for an earlier slice.
+  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   g->m = m;
+  m->in_switch.store(true, std::memory_order_relaxed);
   m->curg = g;
   arch::SwitchContext(&m->g0ctx, &g->ctx);
+  m->in_switch.store(false, std::memory_order_relaxed);
 }
 
 // On g0 after m->curg switched back: carries out its request.
@@ -586,8 +610,24 @@ G* FinishSwitchOnG0(M* m) {
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
       RunqPut(m->p, g, false);
       return nullptr;
+    case SwitchRequest::kPreempt: {
+      // A spent slice goes to the global queue, so that it may resume on any
+      // P: this is what spreads CPU hogs fairly over all Ps.
+      g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+      m->p->slice_spent = true;
+      absl::MutexLock lock(&sched.mu);
+      GlobrunqPutLocked(g);
+      return nullptr;
+    }
     case SwitchRequest::kExit: {
       P* p = m->p;
+      if (g->locked_m != nullptr) {
+        // Go ends a thread whose goroutine exits locked to it; goro keeps the
+        // thread and simply unwires it (see docs/preemption.md).
+        g->locked_m = nullptr;
+        g->lock_count = 0;
+        m->locked_g = nullptr;
+      }
       g->status.store(GStatus::kDead, std::memory_order_relaxed);
       StackFree(p, g->stack);
       g->stack = Stack{};
@@ -602,12 +642,64 @@ G* FinishSwitchOnG0(M* m) {
   Fatal("FinishSwitchOnG0: goroutine switched to g0 without a request");
 }
 
+// m's wired goroutine is not running: hands m's P on and sleeps until the
+// goroutine is given back by StartLockedM. Returns it, with a P held.
+G* StopLockedM(M* m) {
+  P* p = m->p;
+  m->p = nullptr;
+  p->m = nullptr;
+  p->status = P::Status::kIdle;
+  HandoffP(p);
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.nmlocked++;
+  }
+  m->park.Sleep();
+  m->park.Clear();
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.nmlocked--;
+  }
+  P* np = m->next_p;
+  G* g = m->next_g;
+  m->next_p = nullptr;
+  m->next_g = nullptr;
+  if (g != m->locked_g) Fatal("StopLockedM: woken with a goroutine it is not wired to");
+  AcquireP(m, np);
+  return g;
+}
+
+// g is wired to another M: give it our P and g, and go idle.
+void StartLockedM(M* m, G* g) {
+  M* lm = g->locked_m;
+  P* p = m->p;
+  m->p = nullptr;
+  p->m = nullptr;
+  p->status = P::Status::kIdle;
+  lm->next_p = p;
+  lm->next_g = g;
+  lm->park.Wakeup();
+  StopM(m);
+}
+
 // The scheduler loop of every M, on g0. Never returns.
 [[noreturn]] void ScheduleOnG0(M* m) {
   for (;;) {
     bool inherit = false;
-    G* g = FindRunnable(m, &inherit);
-    if (m->spinning) ResetSpinning(m);
+    G* g;
+    if (m->locked_g != nullptr) {
+      // Wired to a goroutine that is not running: give the P away and sleep
+      // until that goroutine is handed back to us.
+      g = StopLockedM(m);
+      inherit = false;
+    } else {
+      g = FindRunnable(m, &inherit);
+      if (m->spinning) ResetSpinning(m);
+      if (g->locked_m != nullptr && g->locked_m != m) {
+        StartLockedM(m, g);
+        continue;
+      }
+    }
     do {
       Execute(m, g, inherit);
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
@@ -632,6 +724,11 @@ void* MStart(void* arg) {
 
 void GoroutineMain(void* arg) {
   G* g = static_cast<G*>(arg);
+  CurrentM()->in_switch.store(false, std::memory_order_relaxed);
+  // Born with preemption off (see NewProc), so that nothing could interrupt
+  // the switch that started it; user code may be preempted from here on.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(0, std::memory_order_relaxed);
   try {
     std::move(g->fn)();
   } catch (const std::exception& e) {
@@ -640,15 +737,22 @@ void GoroutineMain(void* arg) {
     FatalG("uncaught exception of a type not derived from std::exception");
   }
   g->fn = nullptr;  // destroy the captures while the goroutine still runs
+  g->preempt_off.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
   m->request = SwitchRequest::kExit;
+  m->in_switch.store(true, std::memory_order_relaxed);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
   Fatal("GoroutineMain: a dead goroutine was resumed");
 }
 
+// Switches from goroutine g to its M's g0 with a request. Returns when g is
+// resumed, possibly on another M.
 void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->request = req;
+  m->in_switch.store(true, std::memory_order_relaxed);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
+  CurrentM()->in_switch.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -709,6 +813,50 @@ void YieldNow() {
   SwitchToG0(m, m->curg, SwitchRequest::kYield);
 }
 
+RuntimeScope::RuntimeScope() {
+  M* m = CurrentM();
+  g_ = m != nullptr ? m->curg : nullptr;
+  if (g_ == nullptr) return;
+  int32_t n = g_->preempt_off.load(std::memory_order_relaxed);
+  if (n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
+    PreemptCooperative();
+  }
+  g_->preempt_off.store(n + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+void PreemptCooperative() {
+  M* m = CurrentM();
+  G* g = m->curg;
+  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+  g->preemptions++;
+  sched.cooperative_preemptions.fetch_add(1, std::memory_order_relaxed);
+  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
+  SwitchToG0(m, g, SwitchRequest::kPreempt);
+  g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void HandoffP(P* p) {
+  // Work waiting: start an M to run it.
+  if (!p->runq.Empty() || sched.runq_size.load() > 0) {
+    StartM(p, false);
+    return;
+  }
+  // Nobody spinning or idle: this P should look for work (to steal).
+  int32_t zero = 0;
+  if (sched.nmspinning.load() + sched.npidle.load() == 0 &&
+      sched.nmspinning.compare_exchange_strong(zero, 1)) {
+    StartM(p, true);
+    return;
+  }
+  {
+    absl::MutexLock lock(&sched.mu);
+    PidlePutLocked(p);
+  }
+  // Its timers now need the timer sleeper.
+  if (int64_t w = p->timer0_when.load(); w != 0) WakeForTimer(w);
+}
+
 void WakeForTimer(int64_t when) {
   int64_t until = sched.poll_until.load();
   if (until != 0) {
@@ -723,6 +871,32 @@ void WakeForTimer(int64_t when) {
 
 namespace {
 
+// Writes errno through a fresh call: errno's address is thread-local and this
+// goroutine may have moved to another thread since errno was read.
+__attribute__((noinline)) void SetErrno(int v) {
+  asm volatile("" ::: "memory");
+  errno = v;
+}
+
+}  // namespace
+
+// Called by the trampoline (arch/preempt_*.S) on the goroutine's stack, with
+// every register saved and preempt_off raised by the signal handler.
+extern "C" void goro_async_preempt_go() {
+  int saved_errno = errno;
+  M* m = CurrentM();
+  G* g = m->curg;
+  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+  g->preemptions++;
+  sched.async_preemptions.fetch_add(1, std::memory_order_relaxed);
+  SwitchToG0(m, g, SwitchRequest::kPreempt);
+  SetErrno(saved_errno);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
+
+namespace {
+
 void NewProc(absl::AnyInvocable<void() &&> fn) {
   M* m = CurrentM();
   P* p = m != nullptr ? m->p : nullptr;
@@ -730,6 +904,8 @@ void NewProc(absl::AnyInvocable<void() &&> fn) {
   if (g == nullptr) g = new G();
   g->fn = std::move(fn);
   g->stackguard0.store(0, std::memory_order_relaxed);
+  g->preempt_off.store(1, std::memory_order_relaxed);  // see GoroutineMain
+  g->preemptions = 0;
   g->select_done.store(0, std::memory_order_relaxed);
   g->param = nullptr;
   g->wait_reason = WaitReason::kNone;
@@ -771,8 +947,22 @@ void EnsureStarted(const Options& opts) {
   if (o.stack_size < 64 * 1024) o.stack_size = 64 * 1024;
   sched.opts = o;
   sched.nprocs = o.max_procs;
+  sched.time_slice_ns = std::max<int64_t>(absl::ToInt64Nanoseconds(o.time_slice), 50000);
+  sched.preempt_signal = o.preempt_signal;
+  const arch::CpuInfo& cpu = arch::ProbeCpu();
+  if (o.async_preemption && !cpu.xsave) {
+    WriteStderr("goro: this CPU has no usable XSAVE; async preemption is off\n");
+    o.async_preemption = false;
+  }
+#if defined(__SANITIZE_THREAD__)
+  o.async_preemption = false;  // TSan re-delivers signals late with a stale context
+#endif
+  sched.async_preemption = o.async_preemption;
+  sched.opts = o;
   StackInitGlobal(o.stack_size);
   InstallSignalHandlers();
+  InitPreemptibleRanges();
+  if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {
     absl::MutexLock sl(&sched.mu);
     for (int i = 0; i < sched.nprocs; ++i) {
@@ -782,6 +972,7 @@ void EnsureStarted(const Options& opts) {
     }
     for (int i = sched.nprocs - 1; i >= 0; --i) PidlePutLocked(sched.allp[i]);
   }
+  StartSysmon();
   sched.started.store(true, std::memory_order_release);
 }
 
@@ -796,6 +987,7 @@ using internal::sched;
 
 void Go(absl::AnyInvocable<void() &&> fn) {
   internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
   internal::NewProc(std::move(fn));
 }
 
@@ -808,8 +1000,10 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     absl::MutexLock lock(&sched.mu);
     sched.run_waiters++;
   }
+  internal::RuntimeScope scope;
   internal::NewProc([&fn, &done, from_thread]() mutable {
     std::move(fn)();
+    internal::RuntimeScope scope;
     if (from_thread) {
       // Stop counting as a waiter while this goroutine still runs, so that no
       // M can see the caller waiting after its goroutine has finished.
@@ -821,21 +1015,49 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   done.Wait();
 }
 
-void Yield() { internal::YieldNow(); }
+void Yield() {
+  internal::RuntimeScope scope;
+  internal::YieldNow();
+}
 
 void Checkpoint() {
   internal::M* m = internal::CurrentM();
   if (m == nullptr || m->curg == nullptr) return;
+  internal::G* g = m->curg;
   uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  uintptr_t guard = m->curg->stackguard0.load(std::memory_order_relaxed);
+  uintptr_t guard = g->stackguard0.load(std::memory_order_relaxed);
   if (sp >= guard) return;
   if (guard == internal::kStackPreempt) {
-    m->curg->stackguard0.store(m->curg->stack.lo + internal::kStackGuardMargin,
-                               std::memory_order_relaxed);
-    internal::YieldNow();
+    if (g->preempt_off.load(std::memory_order_relaxed) == 0) internal::PreemptCooperative();
     return;
   }
   internal::FatalG("stack overflow");
+}
+
+void LockOSThread() {
+  internal::M* m = internal::CurrentM();
+  if (m == nullptr || m->curg == nullptr) return;  // a plain thread is its own thread
+  internal::G* g = m->curg;
+  if (g->lock_count++ == 0) {
+    g->locked_m = m;
+    m->locked_g = g;
+  }
+}
+
+void UnlockOSThread() {
+  internal::M* m = internal::CurrentM();
+  if (m == nullptr || m->curg == nullptr) return;
+  internal::G* g = m->curg;
+  if (g->lock_count == 0) return;  // like Go: unlocking an unlocked goroutine is a no-op
+  if (--g->lock_count == 0) {
+    g->locked_m = nullptr;
+    m->locked_g = nullptr;
+  }
+}
+
+uint64_t CurrentGoroutinePreemptions() {
+  internal::M* m = internal::CurrentM();
+  return m != nullptr && m->curg != nullptr ? m->curg->preemptions : 0;
 }
 
 int64_t GoroutineId() {
@@ -844,6 +1066,7 @@ int64_t GoroutineId() {
 }
 
 Stats GetStats() {
+  internal::RuntimeScope scope;
   Stats s;
   if (!sched.started.load(std::memory_order_acquire)) return s;
   uint64_t created = sched.created_off_p.load(std::memory_order_relaxed);
@@ -855,6 +1078,10 @@ Stats GetStats() {
   }
   s.goroutines_created = created;
   s.goroutines_live = static_cast<int64_t>(created - exited);
+  s.async_preemptions = sched.async_preemptions.load(std::memory_order_relaxed);
+  s.cooperative_preemptions = sched.cooperative_preemptions.load(std::memory_order_relaxed);
+  s.preempt_signals_sent = sched.preempt_signals_sent.load(std::memory_order_relaxed);
+  s.handoffs = sched.handoffs.load(std::memory_order_relaxed);
   s.procs = sched.nprocs;
   absl::MutexLock lock(&sched.mu);
   s.threads = sched.mcount;

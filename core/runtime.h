@@ -99,10 +99,19 @@ struct G {
   // A plain thread's stand-in G (see ExternalG); parks on `note`.
   bool external = false;
   Note note;
+  // > 0 while the goroutine runs runtime code (RuntimeScope) or a user
+  // NoPreemptScope: the signal handler does not inject then. Written only by
+  // the goroutine's own thread (and by the handler, which runs on it).
+  std::atomic<int32_t> preempt_off{0};
+  uint64_t preemptions = 0;  // times this goroutine was preempted, both ways
+  // LockOSThread: the M this goroutine is wired to, and the nesting depth.
+  M* locked_m = nullptr;
+  int32_t lock_count = 0;
 };
 
 // What a goroutine asks g0 to do when it switches to it.
-enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kExit };
+// kPreempt: like kYield, but to the global run queue (a spent time slice).
+enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kPreempt, kExit };
 
 struct M {
   arch::Context g0ctx;  // the scheduler context on the thread's own stack
@@ -119,6 +128,14 @@ struct M {
   bool (*park_commit)(G*, void*) = nullptr;
   void* park_arg = nullptr;
   uint64_t rand_state = 0;
+  // A preemption signal is in flight: set by sysmon before tgkill, cleared by
+  // the handler. At most one per M.
+  std::atomic<bool> signal_pending{false};
+  // Between saving one context and restoring the next: never inject then.
+  std::atomic<bool> in_switch{false};
+  // LockOSThread: the goroutine wired to this M, and one handed to it to run.
+  G* locked_g = nullptr;
+  G* next_g = nullptr;
   pthread_t thread{};
   pid_t tid = 0;
   void* altstack = nullptr;  // sigaltstack memory
@@ -132,9 +149,18 @@ struct P {
   int32_t id = 0;
   // kIdle: on sched.pidle, no M. kRunning: owned by p->m.
   enum class Status : uint8_t { kIdle, kRunning } status = Status::kIdle;
-  M* m = nullptr;
-  P* link = nullptr;       // idle list, guarded by sched.mu
-  uint32_t schedtick = 0;  // incremented when a G starts a new time slice; owner only
+  std::atomic<M*> m{nullptr};  // written by the owner; read racily by sysmon
+  P* link = nullptr;           // idle list, guarded by sched.mu
+  // Incremented (by the owner) when a G starts a new time slice, after
+  // slice_start_tsc is stamped; sysmon reads both to time slices.
+  std::atomic<uint32_t> schedtick{0};
+  std::atomic<uint64_t> slice_start_tsc{0};
+  // The goroutine that last ran here was preempted: the slice is spent, so
+  // the next one starts a new slice even if it comes from runnext.
+  bool slice_spent = false;
+  // The global queue's 1-in-61 turn is due but was deferred because a timer
+  // had just readied a goroutine here.
+  bool global_turn_due = false;
   RunQueue runq;
 
   // Timers whose goroutines last ran here: a binary min-heap by `when`.
@@ -154,6 +180,8 @@ struct P {
   std::atomic<uint64_t> exited{0};
   std::atomic<uint64_t> steals{0};
 };
+
+inline constexpr int64_t kSysmonMinDelayNs = 20 * 1000;
 
 struct Sched {
   absl::Mutex mu;
@@ -186,10 +214,24 @@ struct Sched {
   std::atomic<int64_t> next_goid{1};
   std::atomic<int64_t> next_mid{1};
   std::atomic<uint64_t> created_off_p{0};   // goroutines made by plain threads
-  std::atomic<uint64_t> exited_off_p{0};
+  // Preemption counters (Stats).
+  std::atomic<uint64_t> async_preemptions{0};
+  std::atomic<uint64_t> cooperative_preemptions{0};
+  std::atomic<uint64_t> preempt_signals_sent{0};
+  std::atomic<uint64_t> handoffs{0};
+  // Ms asleep while wired to a blocked goroutine (LockOSThread).
+  int nmlocked ABSL_GUARDED_BY(mu) = 0;
+  // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
+  Note sysmon_note;
+  std::atomic<bool> sysmon_deep{false};
+  int64_t time_slice_ns = 0;
+  bool async_preemption = true;
+  int preempt_signal = 0;
 };
 
-extern Sched sched;
+// Never destroyed: Ms and sysmon run until the process ends, past static
+// destructors.
+extern Sched& sched;
 
 // The M of the calling thread, or nullptr on a plain thread. Never inlined, so
 // the thread-local address is computed afresh at each call: a goroutine may
@@ -213,6 +255,41 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg);
 void Ready(G* g);
 // Puts the current goroutine at the tail of its P's run queue and schedules.
 void YieldNow();
+
+// Marks runtime code running on a goroutine: async preemption is deferred
+// inside (so a goroutine never parks holding a runtime lock or halfway through
+// its P's queues), and a pending preemption request is honoured on entry: this
+// is the cooperative half of preemption. Off a goroutine it does nothing.
+class RuntimeScope {
+ public:
+  RuntimeScope();
+  ~RuntimeScope() {
+    if (g_ == nullptr) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - 1,
+                          std::memory_order_relaxed);
+  }
+  RuntimeScope(const RuntimeScope&) = delete;
+  RuntimeScope& operator=(const RuntimeScope&) = delete;
+
+ private:
+  G* g_;
+};
+
+// Yields the current goroutine to the global run queue because its time
+// slice is over (counted as a cooperative preemption).
+void PreemptCooperative();
+// Hands p to another M (when there is work for it) or puts it on the idle list.
+void HandoffP(P* p);
+// Wakes sysmon if it sleeps until work appears.
+void WakeSysmon();
+// Starts the sysmon thread (core/sysmon.cc).
+void StartSysmon();
+// Asks the goroutine running on p to yield; true if one was asked.
+bool PreemptOne(P* p);
+// Whether async preemption may stop code at pc (core/preempt.cc).
+bool PreemptiblePc(uintptr_t pc);
+void InitPreemptibleRanges();
 
 // A uniformly distributed random number for the calling thread.
 uint32_t FastRand();
@@ -247,6 +324,7 @@ const char* StackGuardKind();
 
 // Signals (signals/signals.cc).
 void InstallSignalHandlers();
+void InstallPreemptHandler(int sig);
 void MInitSignals(M* m);  // on a new M's thread: sigaltstack
 
 }  // namespace goro::internal

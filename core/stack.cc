@@ -41,7 +41,7 @@ struct StackPool {
   std::vector<Stack> free ABSL_GUARDED_BY(mu);
 };
 
-StackPool pool;
+StackPool& pool = *new StackPool();  // never destroyed, like sched
 size_t stack_size = 0;  // usable bytes, a multiple of the page size
 size_t page_size = 4096;
 std::atomic<bool> guard_by_madvise{true};

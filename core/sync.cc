@@ -16,6 +16,7 @@ using internal::WaitReason;
 // WaitGroup
 
 void WaitGroup::Add(int64_t n) {
+  internal::RuntimeScope scope;
   uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
                    (static_cast<uint64_t>(n) << 32);
   int32_t v = static_cast<int32_t>(state >> 32);
@@ -35,6 +36,7 @@ void WaitGroup::Add(int64_t n) {
 }
 
 void WaitGroup::Wait() {
+  internal::RuntimeScope scope;
   uint64_t state = state_.load(std::memory_order_acquire);
   for (;;) {
     if ((state >> 32) == 0) return;
@@ -99,6 +101,7 @@ bool Mutex::TryLock() {
 }
 
 void Mutex::LockSlow() {
+  internal::RuntimeScope scope;
   int64_t wait_start = 0;
   bool starving = false;
   bool awoke = false;
@@ -153,6 +156,7 @@ void Mutex::Unlock() {
 }
 
 void Mutex::UnlockSlow(int32_t next) {
+  internal::RuntimeScope scope;
   if (((next + kLocked) & kLocked) == 0) internal::FatalG("sync: unlock of unlocked mutex");
   if ((next & kStarving) == 0) {
     int32_t old = next;
@@ -255,6 +259,7 @@ bool CondVar::WaitFor(Mutex& mu, absl::Duration d) {
 
 bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
   Waiter w;
   w.g = internal::CurrentG();
   w.cv = this;
@@ -286,12 +291,14 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
 }
 
 void CondVar::Signal() {
+  internal::RuntimeScope scope;
   internal::LockWord(lock_);
   if (head_ != nullptr) CondVarAccess::WakeLocked(this, head_, true);
   internal::UnlockWord(lock_);
 }
 
 void CondVar::SignalAll() {
+  internal::RuntimeScope scope;
   internal::LockWord(lock_);
   while (head_ != nullptr) CondVarAccess::WakeLocked(this, head_, true);
   internal::UnlockWord(lock_);

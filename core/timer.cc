@@ -171,6 +171,7 @@ namespace goro {
 
 void SleepFor(absl::Duration d) {
   internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
   if (d <= absl::ZeroDuration()) {
     Yield();
     return;
@@ -181,11 +182,13 @@ void SleepFor(absl::Duration d) {
 
 void SleepUntil(absl::Time t) {
   internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
   internal::SleepUntilNanos(internal::ToMonotonic(t));
 }
 
 Chan<absl::Time> After(absl::Duration d) {
   internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
   auto* a = new internal::AfterTimer();
   Chan<absl::Time> ch = a->ch;
   if (d < absl::ZeroDuration()) d = absl::ZeroDuration();

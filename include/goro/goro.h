@@ -3,6 +3,7 @@
 #define GORO_GORO_H_
 
 #include "goro/chan.h"
+#include "goro/preempt.h"
 #include "goro/runtime.h"
 #include "goro/sync.h"
 #include "goro/timer.h"

@@ -28,6 +28,9 @@ struct Options {
   // Address space reserved for each goroutine's stack. Pages are committed as
   // they are touched; a guard page below the stack catches overflow.
   size_t stack_size = size_t{1} << 20;
+  // The signal sysmon sends to interrupt a goroutine (Go uses SIGURG). Change
+  // it only where another runtime in the process already owns SIGURG.
+  int preempt_signal = 23;  // SIGURG on Linux
 };
 
 // Starts the runtime on first use, runs `fn` as a goroutine and blocks the

@@ -1,0 +1,122 @@
+// Where a goroutine may be interrupted: code ranges for the SIGURG handler.
+//
+// At start-up the executable segments of the main program are preemptible;
+// everything else (shared libraries, the vDSO, the dynamic loader) is not. The
+// trampoline is always excluded. The tables are fixed arrays written before
+// any signal can read them (registration publishes with a release store of the
+// count), so the handler reads them without locks.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+
+#include "arch/cpu.h"
+#include "core/runtime.h"
+#include "goro/preempt.h"
+
+namespace goro::internal {
+
+namespace {
+
+struct Range {
+  uintptr_t begin;
+  uintptr_t end;
+};
+
+constexpr int kMaxRanges = 64;
+
+struct RangeTable {
+  Range ranges[kMaxRanges];
+  std::atomic<int> n{0};
+
+  bool Add(uintptr_t b, uintptr_t e) {
+    int i = n.load(std::memory_order_relaxed);
+    if (i >= kMaxRanges || b >= e) return false;
+    ranges[i] = Range{b, e};
+    n.store(i + 1, std::memory_order_release);
+    return true;
+  }
+  bool Contains(uintptr_t pc) const {
+    int count = n.load(std::memory_order_acquire);
+    for (int i = 0; i < count; ++i) {
+      if (pc >= ranges[i].begin && pc < ranges[i].end) return true;
+    }
+    return false;
+  }
+};
+
+RangeTable preemptible;
+RangeTable excluded;
+
+int AddMainExecutable(dl_phdr_info* info, size_t, void*) {
+  // The first object is the main program (its name is empty).
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+      uintptr_t b = info->dlpi_addr + ph.p_vaddr;
+      preemptible.Add(b, b + ph.p_memsz);
+    }
+  }
+  return 1;  // stop after the first object
+}
+
+}  // namespace
+
+void InitPreemptibleRanges() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  excluded.Add(reinterpret_cast<uintptr_t>(&goro_async_preempt),
+               reinterpret_cast<uintptr_t>(&goro_async_preempt_end) + 16);
+  dl_iterate_phdr(AddMainExecutable, nullptr);
+}
+
+bool PreemptiblePc(uintptr_t pc) { return !excluded.Contains(pc) && preemptible.Contains(pc); }
+
+}  // namespace goro::internal
+
+namespace goro {
+
+bool RegisterPreemptibleCode(const void* begin, const void* end) {
+  return internal::preemptible.Add(reinterpret_cast<uintptr_t>(begin),
+                                   reinterpret_cast<uintptr_t>(end));
+}
+
+bool ExcludeFromPreemption(const void* begin, const void* end) {
+  return internal::excluded.Add(reinterpret_cast<uintptr_t>(begin),
+                                reinterpret_cast<uintptr_t>(end));
+}
+
+NoPreemptScope::NoPreemptScope() {
+  internal::M* m = internal::CurrentM();
+  internal::G* g = m != nullptr ? m->curg : nullptr;
+  g_ = g;
+  if (g == nullptr) return;
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+NoPreemptScope::~NoPreemptScope() {
+  if (g_ == nullptr) return;
+  auto* g = static_cast<internal::G*>(g_);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  int32_t n = g->preempt_off.load(std::memory_order_relaxed) - 1;
+  g->preempt_off.store(n, std::memory_order_relaxed);
+  // A request that arrived inside the scope is honoured now.
+  if (n == 0 && g->stackguard0.load(std::memory_order_relaxed) == internal::kStackPreempt) {
+    internal::PreemptCooperative();
+  }
+}
+
+}  // namespace goro
+
+// dl_iterate_phdr calls back into the main executable while holding the
+// loader's lock; a goroutine interrupted in the callback would park with that
+// lock held and might resume on another thread, which cannot release it. goro
+// interposes the function and runs the whole walk with preemption deferred.
+extern "C" int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
+  using Fn = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+  goro::NoPreemptScope no_preempt;
+  return real(callback, data);
+}

@@ -1,0 +1,145 @@
+// sysmon: the system monitor, a dedicated thread that runs without a P.
+//
+// It times every P's current slice and asks the goroutine that has run past
+// Options::time_slice to yield: stackguard0 = kStackPreempt for the
+// cooperative path, and (with async preemption) the preemption signal to its
+// M for a goroutine that reaches no safe point.
+//
+// Timing: Execute stamps each new slice with the TSC. Go's sysmon notices a
+// new slice only at its next wake-up and preempts one wake-up after that, so a
+// slice there lasts between one and two sysmon periods past its length; here
+// sysmon sleeps exactly until the earliest slice ends, so a 10 ms slice ends
+// within tens of microseconds of 10 ms, whatever sysmon's back-off.
+//
+// Sleeping: 20 us after it acted, doubling while idle up to the smaller of
+// 10 ms and one time slice, and never past the earliest slice end. When every
+// P is idle it sleeps until AcquireP wakes it (WakeSysmon).
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "arch/cpu.h"
+#include "core/fatal.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+namespace {
+
+// Nanoseconds per TSC tick, measured at start-up.
+double ns_per_tick = 0;
+
+void CalibrateTsc() {
+  int64_t t0 = Nanotime();
+  uint64_t c0 = arch::ReadTsc();
+  timespec ts{0, 2000000};
+  nanosleep(&ts, nullptr);
+  int64_t t1 = Nanotime();
+  uint64_t c1 = arch::ReadTsc();
+  ns_per_tick = c1 > c0 ? static_cast<double>(t1 - t0) / static_cast<double>(c1 - c0) : 1.0;
+}
+
+struct PState {
+  uint32_t tick = 0;
+  uint64_t start_tsc = 0;
+};
+
+bool AllPsIdle() { return sched.npidle.load(std::memory_order_acquire) == sched.nprocs; }
+
+void* SysmonMain(void*) {
+  prctl(PR_SET_NAME, "goro-sysmon");
+  prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
+  CalibrateTsc();
+  std::vector<PState> ps(sched.nprocs);
+  const int64_t slice = sched.time_slice_ns;
+  const int64_t max_delay = std::min<int64_t>(10 * 1000 * 1000, slice);
+  int64_t delay = kSysmonMinDelayNs;
+  int idle_rounds = 0;
+  int64_t until_expiry = max_delay;
+  for (;;) {
+    if (AllPsIdle()) {
+      sched.sysmon_deep.store(true, std::memory_order_seq_cst);
+      if (AllPsIdle()) sched.sysmon_note.Sleep();
+      sched.sysmon_deep.store(false, std::memory_order_relaxed);
+      sched.sysmon_note.Clear();
+      delay = kSysmonMinDelayNs;
+      idle_rounds = 0;
+    } else {
+      int64_t sleep = std::max<int64_t>(std::min(delay, until_expiry), 1000);
+      sched.sysmon_note.SleepUntil(Nanotime() + sleep);
+      sched.sysmon_note.Clear();
+    }
+
+    uint64_t now_tsc = arch::ReadTsc();
+    bool acted = false;
+    until_expiry = max_delay;
+    for (int i = 0; i < sched.nprocs; ++i) {
+      P* p = sched.allp[i];
+      if (p->m.load(std::memory_order_relaxed) == nullptr) continue;
+      uint32_t tick = p->schedtick.load(std::memory_order_acquire);
+      if (tick != ps[i].tick) {
+        ps[i].tick = tick;
+        ps[i].start_tsc = p->slice_start_tsc.load(std::memory_order_relaxed);
+      }
+      int64_t ran = now_tsc > ps[i].start_tsc
+                        ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
+                        : 0;
+      if (ran >= slice) {
+        if (PreemptOne(p)) acted = true;
+      } else {
+        until_expiry = std::min(until_expiry, slice - ran);
+      }
+    }
+    if (acted) {
+      delay = kSysmonMinDelayNs;
+      idle_rounds = 0;
+      until_expiry = std::min<int64_t>(until_expiry, kSysmonMinDelayNs);  // retry soon
+    } else if (++idle_rounds > 50) {
+      delay = std::min(delay * 2, max_delay);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool PreemptOne(P* p) {
+  M* m = p->m.load(std::memory_order_acquire);
+  if (m == nullptr) return false;
+  G* g = m->curg;  // racy; Gs are never freed, so at worst we ask the wrong one
+  if (g == nullptr) return false;
+  g->stackguard0.store(kStackPreempt, std::memory_order_release);
+  if (sched.async_preemption && !m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
+    if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {
+      sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      m->signal_pending.store(false, std::memory_order_relaxed);
+    }
+  }
+  return true;
+}
+
+void WakeSysmon() {
+  if (sched.sysmon_deep.load(std::memory_order_seq_cst)) sched.sysmon_note.Wakeup();
+}
+
+void StartSysmon() {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // sysmon takes no signals
+  pthread_t t;
+  int err = pthread_create(&t, &attr, SysmonMain, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (err != 0) Fatal("cannot start sysmon");
+}
+
+}  // namespace goro::internal

@@ -1,0 +1,59 @@
+// goro/preempt.h: controlling preemption and thread identity.
+//
+// goro preempts like Go 1.14+: a goroutine that has run for longer than
+// Options::time_slice is asked to yield. It yields at the next safe point (any
+// goro call, or Checkpoint()); if it reaches none - a tight loop with no calls -
+// the runtime interrupts its thread with a signal and, when the interrupted
+// instruction is in preemptible code, parks the goroutine as if it had called
+// Yield, with every register (including AVX/AVX-512 state, flags and errno)
+// saved. The goroutine may then resume on a different OS thread.
+//
+// Preemptible code is the main executable, by default. Code in shared
+// libraries (libc, libstdc++, allocators with per-thread caches, the dynamic
+// loader) is never interrupted: its preemption waits for the next safe point.
+// See docs/preemption.md for what this means for thread_local variables.
+#ifndef GORO_PREEMPT_H_
+#define GORO_PREEMPT_H_
+
+#include <cstdint>
+
+namespace goro {
+
+// Wires the calling goroutine to the OS thread it runs on (Go's
+// runtime.LockOSThread): until a matching UnlockOSThread, it runs only on this
+// thread, and no other goroutine does. Calls nest. Use it for code that needs
+// thread identity: thread_local state kept across blocking calls, thread-
+// affine libraries (OpenGL, some GUI toolkits), per-thread kernel state.
+// No effect off a goroutine.
+void LockOSThread();
+// Undoes one LockOSThread. Unlocking a goroutine that is not locked is a no-op.
+void UnlockOSThread();
+
+// While an object of this type lives on a goroutine, the goroutine is not
+// interrupted by a signal; a preemption request waits until the scope ends
+// (cooperative preemption at goro calls still happens). Keep such scopes short.
+class NoPreemptScope {
+ public:
+  NoPreemptScope();
+  ~NoPreemptScope();
+  NoPreemptScope(const NoPreemptScope&) = delete;
+  NoPreemptScope& operator=(const NoPreemptScope&) = delete;
+
+ private:
+  void* g_;
+};
+
+// Marks [begin, end) as code where a goroutine may be interrupted, for
+// example a shared library of yours that keeps no per-thread state. At most
+// 64 ranges; call before the code runs goroutines. Returns false when full.
+bool RegisterPreemptibleCode(const void* begin, const void* end);
+// Marks [begin, end) as code where a goroutine is never interrupted, even in
+// the main executable. Exclusions win over registrations.
+bool ExcludeFromPreemption(const void* begin, const void* end);
+
+// How many times the calling goroutine has been preempted (both ways).
+uint64_t CurrentGoroutinePreemptions();
+
+}  // namespace goro
+
+#endif  // GORO_PREEMPT_H_

@@ -1,0 +1,109 @@
+// The preemption signal handler (SIGURG by default).
+//
+// Runs in signal context on the M's alternate stack: only async-signal-safe
+// calls, only data computed before the signal (the M and G records, the code
+// range tables, the XSAVE size). It never switches stacks itself; when it is
+// safe to stop the goroutine it edits the interrupted context so that, on
+// return from the handler, the goroutine calls the trampoline
+// (arch/preempt_*.S), which saves everything and parks it.
+//
+// It is safe to stop the goroutine only when all of these hold:
+//   - the signal is ours: sent by sysmon (tgkill from this process) with a
+//     request pending on this M. Anything else goes to the previous handler;
+//   - the M runs a goroutine (not g0) and is not halfway through a switch;
+//   - the goroutine is not in runtime code or a NoPreemptScope (preempt_off);
+//   - the preemption request is still pending (stackguard0 == kStackPreempt);
+//   - the PC is in preemptible code (core/preempt.cc);
+//   - the stack pointer is on the goroutine's stack, with room below the red
+//     zone for the trampoline's frame.
+// Otherwise the request stays in stackguard0: the goroutine yields at its next
+// safe point, and sysmon signals again if it does not.
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "arch/cpu.h"
+#include "core/fatal.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+namespace {
+
+struct sigaction previous_preempt;
+int preempt_sig = 0;
+pid_t our_pid = 0;
+
+// Room the trampoline needs below the red zone: return address, flags and 15
+// registers, alignment, the XSAVE area, and the frames of the C++ it calls.
+uintptr_t TrampolineRoom() { return 8 + 8 + 15 * 8 + 64 + goro_xsave_size + 2048; }
+
+void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
+  const struct sigaction& prev = previous_preempt;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, uctx);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  }
+  // SIG_DFL of SIGURG is to ignore it; for another signal chosen by the user
+  // there is nothing sensible to do but ignore a stray one too.
+}
+
+void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
+  int saved_errno = errno;
+  M* m = CurrentM();
+  bool ours = m != nullptr && info->si_code == SI_TKILL && info->si_pid == our_pid &&
+              m->signal_pending.load(std::memory_order_acquire);
+  if (!ours) {
+    ForwardPreempt(sig, info, uctx_void);
+    errno = saved_errno;
+    return;
+  }
+  m->signal_pending.store(false, std::memory_order_release);  // acknowledged
+
+  auto* uc = static_cast<ucontext_t*>(uctx_void);
+  G* g = m->curg;
+  if (g == nullptr || m->in_switch.load(std::memory_order_relaxed) ||
+      g->preempt_off.load(std::memory_order_relaxed) != 0 ||
+      g->stackguard0.load(std::memory_order_relaxed) != kStackPreempt) {
+    errno = saved_errno;
+    return;
+  }
+  uintptr_t pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  uintptr_t sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
+  if (!PreemptiblePc(pc) || sp > g->stack.hi ||
+      sp < g->stack.lo + 128 + TrampolineRoom() + 4096) {
+    errno = saved_errno;
+    return;
+  }
+  // Inject a call: below the red zone, push the interrupted PC as the return
+  // address, and resume at the trampoline.
+  sp -= 128;
+  sp -= 8;
+  *reinterpret_cast<uintptr_t*>(sp) = pc;
+  uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
+  uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&goro_async_preempt);
+  g->preempt_off.store(1, std::memory_order_relaxed);  // until the trampoline has parked it
+  errno = saved_errno;
+}
+
+}  // namespace
+
+void InstallPreemptHandler(int sig) {
+  preempt_sig = sig;
+  our_pid = getpid();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = PreemptHandler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigfillset(&sa.sa_mask);  // nothing may interrupt the context edit
+  sigdelset(&sa.sa_mask, SIGSEGV);
+  sigdelset(&sa.sa_mask, SIGBUS);
+  if (sigaction(sig, &sa, &previous_preempt) != 0) {
+    Fatal("cannot install the preemption signal handler");
+  }
+}
+
+}  // namespace goro::internal
