@@ -1,0 +1,401 @@
+// goro-fair: the fairness runner.
+//
+// Runs N CPU-bound goroutines on P processors for a while and reports how the
+// CPU was shared: a table per goroutine (iterations, share, preemptions),
+// Jain's fairness index and the min/max share, the preemption counters, and
+// the wake-up lateness of a goroutine that sleeps in a loop beside them.
+//
+//   goro-fair                                   16 call-free spinners on 2 Ps, 3 s
+//   goro-fair --workload=asm --procs=1          spinners written in assembly
+//   goro-fair --async_preemption=false          watch them starve instead
+//   goro-fair --min_jain=0.999 --plot=fair.png  a threshold and a chart
+//
+// Workloads: spin (a C++ loop with no calls), asm (the same loop in assembly,
+// stress/spin_x86_64_sysv_elf_gas.S), mixed (spinners beside goroutines that
+// sleep, yield and use channels), fib (each goroutine computes fib(16) over
+// and over with a goroutine per call).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "goro/goro.h"
+
+ABSL_FLAG(int, procs, 2, "number of Ps (logical processors)");
+ABSL_FLAG(int, goroutines, 16, "number of CPU-bound goroutines");
+ABSL_FLAG(double, seconds, 3, "how long to measure");
+ABSL_FLAG(absl::Duration, time_slice, absl::Milliseconds(10), "time slice, e.g. 10ms or 200us");
+ABSL_FLAG(std::string, workload, "spin", "spin, asm, mixed or fib");
+ABSL_FLAG(bool, async_preemption, true, "interrupt goroutines that reach no safe point");
+ABSL_FLAG(bool, sleeper, true, "run a goroutine that sleeps in a loop and measures its lateness");
+ABSL_FLAG(absl::Duration, sleep_interval, absl::Milliseconds(1), "the sleeper's sleep");
+ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this");
+ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is below this");
+ABSL_FLAG(double, max_p99_ms, 0, "exit with status 1 if the sleeper's p99 lateness is above this (0: no limit)");
+ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
+ABSL_FLAG(bool, json, false, "also print the summary as one JSON line");
+ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
+
+extern "C" uint64_t goro_fair_spin_asm(uint64_t* counter, const uint8_t* stop);
+
+namespace {
+
+enum class Role { kSpin, kAsm, kSleep, kYield, kChan, kFib };
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kSpin: return "spin";
+    case Role::kAsm: return "asm";
+    case Role::kSleep: return "sleep";
+    case Role::kYield: return "yield";
+    case Role::kChan: return "chan";
+    case Role::kFib: return "fib";
+  }
+  return "?";
+}
+
+// CPU-bound roles are the ones whose shares the fairness figures compare.
+bool CpuBound(Role r) { return r == Role::kSpin || r == Role::kAsm || r == Role::kFib; }
+
+struct alignas(64) Worker {
+  Role role = Role::kSpin;
+  uint64_t count = 0;  // iterations; written by the worker, read racily by the timer
+  int64_t id = 0;
+  uint64_t preemptions = 0;
+};
+
+struct Shared {
+  std::atomic<bool> stop{false};
+  uint8_t stop_byte = 0;  // the asm loop reads a plain byte
+  std::atomic<bool> measuring{false};
+};
+
+uint64_t LoadCount(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+// The spin workload's loop: a load, an increment, a store and a branch. It is
+// a separate function so that its disassembly can be checked for calls
+// (objdump -d goro-fair | grep -A12 SpinLoop): there are none.
+__attribute__((noinline)) void SpinLoop(uint64_t* counter, const std::atomic<bool>* stop) {
+  uint64_t n = *counter;
+  while (!stop->load(std::memory_order_relaxed)) {
+    ++n;
+    __atomic_store_n(counter, n, __ATOMIC_RELAXED);
+  }
+}
+
+int Fib(int n) {
+  if (n < 2) return n;
+  int a = 0, b = 0;
+  goro::WaitGroup wg;
+  wg.Add(2);
+  goro::Go([&] { a = Fib(n - 1); wg.Done(); });
+  goro::Go([&] { b = Fib(n - 2); wg.Done(); });
+  wg.Wait();
+  return a + b;
+}
+
+void RunWorker(Worker* w, Shared* s) {
+  w->id = goro::GoroutineId();
+  switch (w->role) {
+    case Role::kSpin:
+      SpinLoop(&w->count, &s->stop);
+      break;
+    case Role::kAsm:
+      goro_fair_spin_asm(&w->count, &s->stop_byte);
+      break;
+    case Role::kSleep:
+      while (!s->stop.load(std::memory_order_relaxed)) {
+        goro::SleepFor(absl::Microseconds(500));
+        __atomic_store_n(&w->count, w->count + 1, __ATOMIC_RELAXED);
+      }
+      break;
+    case Role::kYield:
+      while (!s->stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 1000; ++i) __atomic_store_n(&w->count, w->count + 1, __ATOMIC_RELAXED);
+        goro::Yield();
+      }
+      break;
+    case Role::kChan: {
+      goro::Chan<int> ping, pong;
+      goro::Go([&] {
+        while (auto v = ping.Recv()) pong.Send(*v + 1);
+      });
+      int v = 0;
+      while (!s->stop.load(std::memory_order_relaxed)) {
+        ping.Send(v);
+        v = *pong.Recv();
+        __atomic_store_n(&w->count, w->count + 1, __ATOMIC_RELAXED);
+      }
+      ping.Close();
+      break;
+    }
+    case Role::kFib:
+      while (!s->stop.load(std::memory_order_relaxed)) {
+        if (Fib(16) != 987) {
+          std::fprintf(stderr, "goro-fair: fib(16) computed wrongly\n");
+          std::abort();
+        }
+        __atomic_store_n(&w->count, w->count + 1, __ATOMIC_RELAXED);
+      }
+      break;
+  }
+  w->preemptions = goro::CurrentGoroutinePreemptions();
+}
+
+std::vector<Role> Roles(const std::string& workload, int n) {
+  std::vector<Role> roles(n);
+  for (int i = 0; i < n; ++i) {
+    if (workload == "spin") roles[i] = Role::kSpin;
+    if (workload == "asm") roles[i] = Role::kAsm;
+    if (workload == "fib") roles[i] = Role::kFib;
+    if (workload == "mixed") {
+      static constexpr Role kMix[] = {Role::kSpin, Role::kSleep, Role::kSpin, Role::kYield,
+                                      Role::kAsm, Role::kChan};
+      roles[i] = kMix[i % 6];
+    }
+  }
+  return roles;
+}
+
+[[noreturn]] void Usage(const std::string& msg) {
+  std::fprintf(stderr, "goro-fair: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size()))) - 1;
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std::vector<double>& shares,
+               const std::vector<double>& lateness_ms, const std::string& title) {
+  char dir[] = "/tmp/goro-fair-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return false;
+  std::string d(dir);
+  {
+    std::ofstream f(d + "/shares.dat");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      f << i << " " << shares[i] * 100 << " \"" << ws[i].id << "\"\n";
+    }
+  }
+  {
+    std::ofstream f(d + "/lateness.dat");
+    for (size_t i = 0; i < lateness_ms.size(); ++i) {
+      f << lateness_ms[i] << " " << static_cast<double>(i + 1) / static_cast<double>(lateness_ms.size()) << "\n";
+    }
+    if (lateness_ms.empty()) f << "0 0\n";
+  }
+  {
+    std::ofstream f(d + "/plot.gp");
+    f << "set terminal png size 1200,500\n"
+      << "set output '" << path << "'\n"
+      << "set multiplot layout 1,2 title '" << title << "'\n"
+      << "set title 'CPU share per goroutine'\nset ylabel 'share (%)'\nset xlabel 'goroutine id'\n"
+      << "set style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\nunset key\n"
+      << "plot '" << d << "/shares.dat' using 1:2:xtic(3) with boxes lc rgb '#4477aa'\n"
+      << "set title 'Sleeper wake-up lateness (CDF)'\nset ylabel 'fraction of wake-ups'\n"
+      << "set xlabel 'lateness (ms)'\nset yrange [0:1]\nset xtics auto\nset grid\n"
+      << "plot '" << d << "/lateness.dat' using 1:2 with steps lw 2 lc rgb '#aa3377'\n"
+      << "unset multiplot\n";
+  }
+  std::string cmd = "gnuplot '" + d + "/plot.gp' 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::system(("rm -rf '" + d + "'").c_str());
+  return rc == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU.\n"
+      "Example: goro-fair --workload=spin --procs=2 --goroutines=16 --seconds=3");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) Usage(absl::StrFormat("unexpected argument \"%s\" (flags look like --procs=2)", rest[1]));
+
+  const int procs = absl::GetFlag(FLAGS_procs);
+  const int n = absl::GetFlag(FLAGS_goroutines);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const absl::Duration slice = absl::GetFlag(FLAGS_time_slice);
+  const std::string workload = absl::GetFlag(FLAGS_workload);
+  const absl::Duration interval = absl::GetFlag(FLAGS_sleep_interval);
+  if (procs < 1 || procs > 1024) Usage(absl::StrFormat("--procs=%d: want 1 to 1024", procs));
+  if (n < 1 || n > 100000) Usage(absl::StrFormat("--goroutines=%d: want 1 to 100000", n));
+  if (!(seconds > 0 && seconds <= 3600)) Usage(absl::StrFormat("--seconds=%g: want more than 0, at most 3600", seconds));
+  if (slice < absl::Microseconds(50) || slice > absl::Seconds(10)) {
+    Usage(absl::StrFormat("--time_slice=%s: want 50us to 10s", absl::FormatDuration(slice)));
+  }
+  if (workload != "spin" && workload != "asm" && workload != "mixed" && workload != "fib") {
+    Usage(absl::StrFormat("--workload=%s: want spin, asm, mixed or fib", workload));
+  }
+  if (interval < absl::Microseconds(10) || interval > absl::Seconds(1)) {
+    Usage(absl::StrFormat("--sleep_interval=%s: want 10us to 1s", absl::FormatDuration(interval)));
+  }
+
+  goro::Options opts;
+  opts.max_procs = procs;
+  opts.time_slice = slice;
+  opts.async_preemption = absl::GetFlag(FLAGS_async_preemption);
+
+  std::vector<Worker> workers(n);
+  std::vector<Role> roles = Roles(workload, n);
+  for (int i = 0; i < n; ++i) workers[i].role = roles[i];
+  Shared shared;
+  std::vector<double> lateness_ms;
+  std::vector<uint64_t> c0(n), c1(n);
+  absl::Duration window;
+  const bool sleeper = absl::GetFlag(FLAGS_sleeper);
+
+  // A plain thread keeps time, so that the run ends even when goroutines
+  // starve everything else (--async_preemption=false on one P).
+  std::thread timer([&] {
+    absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
+    for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
+    absl::Time t0 = absl::Now();
+    shared.measuring.store(true);
+    absl::SleepFor(absl::Seconds(seconds));
+    for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
+    window = absl::Now() - t0;
+    shared.measuring.store(false);
+    shared.stop_byte = 1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    shared.stop.store(true);
+  });
+
+  goro::Run(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(n + (sleeper ? 1 : 0));
+        for (int i = 0; i < n; ++i) {
+          goro::Go([&, i] {
+            RunWorker(&workers[i], &shared);
+            wg.Done();
+          });
+        }
+        if (sleeper) {
+          goro::Go([&] {
+            while (!shared.stop.load()) {
+              absl::Time t = absl::Now();
+              goro::SleepFor(interval);
+              absl::Duration late = absl::Now() - t - interval;
+              if (shared.measuring.load()) lateness_ms.push_back(absl::ToDoubleMilliseconds(late));
+            }
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      opts);
+  timer.join();
+
+  // Shares of the CPU-bound goroutines within the measured window.
+  std::vector<double> shares(n, 0.0);
+  double total = 0, sum = 0, sumsq = 0, mn = 1e300, mx = 0;
+  int ncpu = 0;
+  for (int i = 0; i < n; ++i) {
+    if (CpuBound(workers[i].role)) total += static_cast<double>(c1[i] - c0[i]);
+  }
+  for (int i = 0; i < n; ++i) {
+    double d = static_cast<double>(c1[i] - c0[i]);
+    if (!CpuBound(workers[i].role)) continue;
+    shares[i] = total > 0 ? d / total : 0;
+    sum += d;
+    sumsq += d * d;
+    mn = std::min(mn, d);
+    mx = std::max(mx, d);
+    ncpu++;
+  }
+  double jain = sumsq > 0 ? sum * sum / (ncpu * sumsq) : 0;
+  double ratio = mx > 0 ? mn / mx : 0;
+  std::sort(lateness_ms.begin(), lateness_ms.end());
+  double p50 = Percentile(lateness_ms, 0.50), p99 = Percentile(lateness_ms, 0.99);
+  double lmax = lateness_ms.empty() ? 0 : lateness_ms.back();
+  goro::Stats st = goro::GetStats();
+
+  std::printf("goro-fair: workload=%s procs=%d goroutines=%d seconds=%g time_slice=%s async_preemption=%s\n\n",
+              workload.c_str(), procs, n, seconds, absl::FormatDuration(slice).c_str(),
+              opts.async_preemption ? "on" : "off");
+  std::printf("  %9s  %-5s  %15s  %7s  %11s\n", "goroutine", "role", "iterations", "share", "preemptions");
+  int rows = std::min(n, std::max(0, absl::GetFlag(FLAGS_table_rows)));
+  for (int i = 0; i < rows; ++i) {
+    const Worker& w = workers[i];
+    std::string share = CpuBound(w.role) ? absl::StrFormat("%6.2f%%", shares[i] * 100) : "     - ";
+    std::printf("  %9lld  %-5s  %15llu  %7s  %11llu\n", static_cast<long long>(w.id), RoleName(w.role),
+                static_cast<unsigned long long>(c1[i] - c0[i]), share.c_str(),
+                static_cast<unsigned long long>(w.preemptions));
+  }
+  if (rows < n) std::printf("  ... %d more goroutines (--table_rows)\n", n - rows);
+  double fair_share = ncpu > 0 ? 100.0 / ncpu : 0;
+  std::printf("\nFairness over %d CPU-bound goroutines (fair share %.2f%%):\n", ncpu, fair_share);
+  std::printf("  Jain's index      %.5f   (1 = perfectly fair, 1/n = one goroutine got everything)\n", jain);
+  std::printf("  min/max share     %.3f     (min %.2f%%, max %.2f%%)\n", ratio,
+              total > 0 ? mn / total * 100 : 0.0, total > 0 ? mx / total * 100 : 0.0);
+  std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
+              absl::ToDoubleSeconds(window));
+  if (sleeper) {
+    std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+                absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax);
+  }
+  std::printf("Preemptions: %llu async (signal), %llu cooperative; %llu signals sent; %llu steals; %d threads\n",
+              static_cast<unsigned long long>(st.async_preemptions),
+              static_cast<unsigned long long>(st.cooperative_preemptions),
+              static_cast<unsigned long long>(st.preempt_signals_sent),
+              static_cast<unsigned long long>(st.steals), st.threads);
+
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf(
+        "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
+        "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
+        "\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu}\n",
+        workload.c_str(), procs, n, static_cast<long long>(absl::ToInt64Microseconds(slice)),
+        opts.async_preemption ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
+        lmax, static_cast<unsigned long long>(st.async_preemptions),
+        static_cast<unsigned long long>(st.cooperative_preemptions),
+        static_cast<unsigned long long>(st.preempt_signals_sent));
+  }
+
+  const std::string plot = absl::GetFlag(FLAGS_plot);
+  if (!plot.empty()) {
+    std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
+                                        procs, absl::FormatDuration(slice), jain);
+    if (WritePlot(plot, workers, shares, lateness_ms, title)) {
+      std::printf("Chart written to %s\n", plot.c_str());
+    } else {
+      std::fprintf(stderr, "goro-fair: could not write --plot=%s (is gnuplot installed? apt-get install gnuplot-nox)\n",
+                   plot.c_str());
+      return 2;
+    }
+  }
+
+  int rc = 0;
+  auto check = [&](bool ok, const std::string& what) {
+    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    if (!ok) rc = 1;
+  };
+  if (double t = absl::GetFlag(FLAGS_min_jain); t > 0) {
+    check(jain >= t, absl::StrFormat("Jain's index %.5f >= --min_jain=%g", jain, t));
+  }
+  if (double t = absl::GetFlag(FLAGS_min_share_ratio); t > 0) {
+    check(ratio >= t, absl::StrFormat("min/max share %.4f >= --min_share_ratio=%g", ratio, t));
+  }
+  if (double t = absl::GetFlag(FLAGS_max_p99_ms); t > 0) {
+    check(sleeper && p99 <= t, absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, t));
+  }
+  return rc;
+}
