@@ -1,6 +1,7 @@
 // WaitGroup, Mutex and CondVar.
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -355,14 +356,16 @@ TEST(CondVarTest, WaitAndSignalProducerConsumer) {
     goro::WaitGroup wg;
     wg.Add(1);
     goro::Go([&] {
-      std::lock_guard<goro::Mutex> lock(mu);
-      for (;;) {
-        while (queue.empty() && !closed) cv.Wait(mu);
-        if (queue.empty()) break;
-        sum += queue.back();
-        queue.pop_back();
+      {
+        std::lock_guard<goro::Mutex> lock(mu);
+        for (;;) {
+          while (queue.empty() && !closed) cv.Wait(mu);
+          if (queue.empty()) break;
+          sum += queue.back();
+          queue.pop_back();
+        }
       }
-      wg.Done();
+      wg.Done();  // after the unlock: mu dies once Wait returns
     });
     for (int i = 1; i <= 1000; ++i) {
       {
@@ -494,9 +497,11 @@ TEST(CondVarTest, WaitForReleasesTheMutexWhileWaiting) {
     goro::WaitGroup wg;
     wg.Add(1);
     goro::Go([&] {
-      std::lock_guard<goro::Mutex> lock(mu);
-      waiting = true;
-      cv.WaitFor(mu, absl::Milliseconds(300));
+      {
+        std::lock_guard<goro::Mutex> lock(mu);
+        waiting = true;
+        cv.WaitFor(mu, absl::Milliseconds(300));
+      }
       wg.Done();
     });
     EXPECT_TRUE(Eventually([&] { return waiting.load(); }));
@@ -528,11 +533,13 @@ TEST(CondVarTest, WaitForSignalledReturnsTrue) {
     wg.Add(1);
     auto start = Now();
     goro::Go([&] {
-      std::lock_guard<goro::Mutex> lock(mu);
-      waiting = true;
-      bool r = true;
-      while (!ready && r) r = cv.WaitFor(mu, absl::Seconds(30));
-      result = r ? 1 : 0;
+      {
+        std::lock_guard<goro::Mutex> lock(mu);
+        waiting = true;
+        bool r = true;
+        while (!ready && r) r = cv.WaitFor(mu, absl::Seconds(30));
+        result = r ? 1 : 0;
+      }
       wg.Done();
     });
     EXPECT_TRUE(Eventually([&] { return waiting.load(); }));
@@ -551,18 +558,23 @@ TEST(CondVarTest, WaitForSignalledReturnsTrue) {
 TEST(CondVarTest, PlainThreadWaitsGoroutineSignals) {
   goro_test::StartRuntime();
   Watchdog dog;
-  goro::Mutex mu;
-  goro::CondVar cv;
-  bool ready = false;
-  goro::Go([&] {
+  // Shared with the goroutine, which may still be inside Unlock when the
+  // test's thread wakes up and returns.
+  struct State {
+    goro::Mutex mu;
+    goro::CondVar cv;
+    bool ready = false;  // guarded by mu
+  };
+  auto state = std::make_shared<State>();
+  goro::Go([state] {
     goro::SleepFor(absl::Milliseconds(10));
-    std::lock_guard<goro::Mutex> lock(mu);
-    ready = true;
-    cv.SignalAll();
+    std::lock_guard<goro::Mutex> lock(state->mu);
+    state->ready = true;
+    state->cv.SignalAll();
   });
-  std::unique_lock<goro::Mutex> lock(mu);
-  while (!ready) cv.Wait(mu);
-  EXPECT_TRUE(ready);
+  std::unique_lock<goro::Mutex> lock(state->mu);
+  while (!state->ready) state->cv.Wait(state->mu);
+  EXPECT_TRUE(state->ready);
 }
 
 }  // namespace

@@ -196,11 +196,13 @@ TEST(TimerTest, ManyConcurrentWaitForsAllTimeOut) {
     for (int i = 0; i < kWaiters; ++i) {
       absl::Duration d = absl::Milliseconds(1 + i % 20);
       goro::Go([&, d] {
-        std::lock_guard<goro::Mutex> lock(mu);
-        auto start = Now();
-        if (!cv.WaitFor(mu, d)) ++timed_out;
-        if (Since(start) < d) ++early;
-        wg.Done();
+        {
+          std::lock_guard<goro::Mutex> lock(mu);
+          auto start = Now();
+          if (!cv.WaitFor(mu, d)) ++timed_out;
+          if (Since(start) < d) ++early;
+        }
+        wg.Done();  // after the unlock: mu dies once Wait returns
       });
     }
     wg.Wait();
