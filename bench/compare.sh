@@ -6,7 +6,8 @@
 #
 # Needs: cmake, a C++20 compiler, Google Benchmark and Abseil (Debian:
 # libbenchmark-dev libabsl-dev), Go (any version >= 1.19; standard library
-# only, nothing is downloaded) and python3. Takes about 3-4 minutes on 2 cores.
+# only, nothing is downloaded) and python3. Takes about 3 minutes on an idle
+# 2-core machine.
 #
 # Steps: builds goro_bench and goro_rss in Release (cmake -S bench, which pulls
 # in the goro library alone), builds bench/go, then for each repetition, procs
@@ -16,7 +17,7 @@
 # (medians) with bench/report.py.
 #
 # Settings (environment):
-#   REPS=3          repetitions of every micro-benchmark (the median is reported)
+#   REPS=5          repetitions of every micro-benchmark (the median is reported)
 #   MIN_TIME=0.3    minimum seconds per benchmark run, both sides
 #   RSS_N=1000000   goroutines to park for the RSS measurement
 #   RSS_REPS=1      repetitions of the RSS measurement
@@ -33,7 +34,7 @@ done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD_DIR:-$ROOT/build-bench}"
-REPS="${REPS:-3}"
+REPS="${REPS:-5}"
 MIN_TIME="${MIN_TIME:-0.3}"
 RSS_N="${RSS_N:-1000000}"
 RSS_REPS="${RSS_REPS:-1}"
@@ -56,7 +57,25 @@ MACHINE="$BUILD/machine.txt"
 : >"$LOG"
 : >"$RAW"
 start_s=$SECONDS
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# What else is using the CPUs (over one second): the machine is shared, and a
+# busy neighbour moves every figure, so the report says so.
+machine_busy() {
+  if ! command -v top >/dev/null; then
+    echo "unknown (no top)"
+    return
+  fi
+  top -b -n 2 -d 1 -w 200 2>/dev/null | awk '/^top -/ { frame++ } frame == 2' | awk '
+    /^%Cpu/ { for (i = 1; i <= NF; i++) if ($i ~ /^id,?$/) idle = $(i - 1) }
+    /^ *PID/ { table = 1; next }
+    table && $9 + 0 >= 5 { others = others sprintf("%s%s %s%%", sep, $12, $9); sep = ", " }
+    END { printf "%.0f%% busy", 100 - idle; if (others != "") printf " (%s)", others; print "" }'
+}
+busy_start=$(machine_busy)
+echo "== CPUs before starting: $busy_start"
+if [[ ${busy_start%%%*} =~ ^[0-9]+$ ]] && ((${busy_start%%%*} > 25)); then
+  echo "compare.sh: warning: the machine is already busy; expect noisy figures" >&2
+fi
 
 if [[ "${NO_BUILD:-0}" == 1 ]]; then
   echo "== NO_BUILD=1: using the programs already in $BUILD"
@@ -148,6 +167,7 @@ for ((rep = 1; rep <= RSS_REPS; rep++)); do
     "$BUILD/gobench" -procs="$RSS_PROCS" -rss -n="$RSS_N"
 done
 
+busy_end=$(machine_busy)
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
 cxx_flags=$(sed -n 's/^CMAKE_CXX_FLAGS_RELEASE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
 if [[ -n "$cxx" ]]; then
@@ -167,7 +187,7 @@ fi
   echo "kernel: $(uname -srm)"
   echo "Go: $(go version)"
   echo "C++ compiler: $cxx_desc"
-  echo "load average (1/5/15 min) at start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "other load on the CPUs (1 s sample by top): before the runs $busy_start; after them $busy_end"
   echo "settings: REPS=$REPS MIN_TIME=${MIN_TIME}s RSS_N=$RSS_N RSS_REPS=$RSS_REPS RSS procs=$RSS_PROCS"
   echo "wall time of compare.sh: $((SECONDS - start_s)) s"
 } >"$MACHINE"
