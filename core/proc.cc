@@ -71,10 +71,10 @@
 //   switching from goroutine to goroutine directly, but it keeps scheduler
 //   frames off goroutine stacks (a parked goroutine costs one page of stack),
 //   and it makes every "finish after the switch" action trivially safe.
-// * Yield puts the goroutine at the tail of its own P's ring, not on the
-//   global queue as Go's Gosched does: the global queue's mutex would be the
-//   only shared lock on that path, and the 1-in-61 rule already keeps the
-//   global queue moving.
+// * Yield puts the goroutine at the tail of its own P's ring when the global
+//   queue is empty, and on the global queue (as Go's Gosched always does)
+//   otherwise: with nobody waiting globally there is nobody to be unfair to,
+//   and the common ping-pong of yielding goroutines takes no shared lock.
 // * Goroutine ids come from per-P batches and counters are per P, so spawning
 //   touches no shared cache line except when a batch runs out.
 // * A runtime lock (core/lock.h) spins and then yields the thread: holders
@@ -421,11 +421,9 @@ G* FindRunnable(M* m, bool* inherit) {
   for (;;) {
     P* p = m->p;
     *inherit = false;
-    bool timer_readied = false;
-    if (p->timer0_when.load(std::memory_order_relaxed) != 0) {
-      RunTimers(p, Nanotime());
-      timer_readied = !p->runq.Empty();
-    }
+    int fired = 0;
+    if (p->timer0_when.load(std::memory_order_relaxed) != 0) RunTimers(p, Nanotime(), &fired);
+    bool timer_readied = fired > 0;
 
     // The global queue's turn, once every 61 slices. A goroutine its timer
     // just woke is not made to wait a whole slice more for it: the turn is
@@ -608,7 +606,15 @@ G* FinishSwitchOnG0(M* m) {
     }
     case SwitchRequest::kYield:
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
-      RunqPut(m->p, g, false);
+      if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
+        // Goroutines wait in the global queue (preempted ones do): queue
+        // behind them, as Go's Gosched does, or frequent yielders would
+        // outrank every preempted goroutine.
+        absl::MutexLock lock(&sched.mu);
+        GlobrunqPutLocked(g);
+      } else {
+        RunqPut(m->p, g, false);
+      }
       return nullptr;
     case SwitchRequest::kPreempt: {
       // A spent slice goes to the global queue, so that it may resume on any

@@ -309,7 +309,8 @@ void AddTimer(Timer* t);
 // will not run. Returns true if it was removed before firing.
 bool DelTimer(Timer* t);
 // Runs p's expired timers; returns the earliest remaining `when` (0: none).
-int64_t RunTimers(P* p, int64_t now);
+// If `fired` is given, adds the number of timers run to it.
+int64_t RunTimers(P* p, int64_t now, int* fired = nullptr);
 // The earliest timer over all Ps (0: none).
 int64_t EarliestTimer();
 // Tells the scheduler a timer at `when` was added (wakes a sleeping M if needed).

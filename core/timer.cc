@@ -95,7 +95,7 @@ bool DelTimer(Timer* t) {
   return removed;
 }
 
-int64_t RunTimers(P* p, int64_t now) {
+int64_t RunTimers(P* p, int64_t now, int* fired) {
   int64_t first = p->timer0_when.load(std::memory_order_relaxed);
   if (first == 0 || first > now) return first;
   if (!p->timers_lock.TryLock()) return first;  // someone else is running them
@@ -103,6 +103,7 @@ int64_t RunTimers(P* p, int64_t now) {
     Timer* t = p->timers[0];
     RemoveAt(p, 0);
     t->f(t);
+    if (fired != nullptr) ++*fired;
   }
   UpdateTimer0(p);
   int64_t next = p->timer0_when.load(std::memory_order_relaxed);

@@ -132,7 +132,7 @@ void RunWorker(Worker* w, Shared* s) {
       break;
     case Role::kChan: {
       goro::Chan<int> ping, pong;
-      goro::Go([&] {
+      goro::Go([ping, pong]() mutable {  // handles by value: they outlive this frame
         while (auto v = ping.Recv()) pong.Send(*v + 1);
       });
       int v = 0;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The fairness stress matrix: goro-fair over procs {1,2} x time slices
+# {10ms, 1ms, 200us} x workloads {spin, asm, mixed, fib}, each checked against
+# thresholds, plus the throughput cost of preemption (spinners with async
+# preemption on versus off at the same slice).
+#
+#   bash stress/matrix.sh                 # the matrix, ~2 minutes
+#   bash stress/matrix.sh --soak 30       # then random configurations for 30 minutes
+#   GORO_FAIR=path/to/goro-fair bash stress/matrix.sh
+#
+# Thresholds are for a noisy 2-core machine: they catch a broken scheduler, not
+# a slow neighbour. The figures themselves are printed for the record.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SOAK_MINUTES=0
+SECONDS_PER_RUN=${GORO_MATRIX_SECONDS:-2}
+while (($#)); do
+  case "$1" in
+    --soak) SOAK_MINUTES=$2; shift 2 ;;
+    --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
+    *) echo "matrix.sh: unknown argument '$1' (use --soak MINUTES, --seconds N)" >&2; exit 2 ;;
+  esac
+done
+FAIR=${GORO_FAIR:-}
+if [[ -z $FAIR ]]; then
+  source scripts/deps.sh
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j"$(nproc)" --target goro-fair >/dev/null
+  FAIR=build/stress/goro-fair
+fi
+
+failures=0
+json() { sed -n 's/^\({.*}\)$/\1/p'; }
+field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
+  local label=$1 min_jain=$2 max_p99=$3; shift 3
+  local out
+  if ! out=$("$FAIR" --seconds="$SECONDS_PER_RUN" --json "$@" 2>&1); then
+    echo "FAIL $label: goro-fair exited non-zero"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  local j; j=$(echo "$out" | json)
+  local jain p99 thr
+  jain=$(echo "$j" | field jain); p99=$(echo "$j" | field p99_ms); thr=$(echo "$j" | field throughput)
+  local verdict=ok
+  if python3 -c "import sys; sys.exit(0 if $jain >= $min_jain and ($max_p99 == 0 or $p99 <= $max_p99) else 1)"; then :; else
+    verdict=FAIL; failures=$((failures + 1))
+  fi
+  printf '%-4s %-38s jain %.5f (>= %s)  p99 %8.3f ms (<= %s)  %.4g it/s\n' "$verdict" "$label" "$jain" "$min_jain" "$p99" "$max_p99" "$thr"
+  LAST_THROUGHPUT=$thr
+}
+
+echo "goro stress matrix: $(nproc) cores, ${SECONDS_PER_RUN}s per run, $FAIR"
+for procs in 1 2; do
+  for slice in 10ms 1ms 200us; do
+    slice_ms=$(python3 -c "s='$slice'; print(float(s[:-2]) if s.endswith('ms') else float(s[:-2])/1000)")
+    # A sleeper sharing a P with hogs waits at most about one slice (plus
+    # noise); with procs=2 there are 8 hogs per P.
+    p99=$(python3 -c "print(round(2*$slice_ms + 15, 1))")
+    run "spin  procs=$procs slice=$slice" 0.98 "$p99" --procs=$procs --time_slice=$slice --workload=spin --goroutines=$((8 * procs))
+    run "asm   procs=$procs slice=$slice" 0.98 "$p99" --procs=$procs --time_slice=$slice --workload=asm --goroutines=$((8 * procs))
+    run "mixed procs=$procs slice=$slice" 0.95 0 --procs=$procs --time_slice=$slice --workload=mixed --goroutines=12
+    run "fib   procs=$procs slice=$slice" 0.90 0 --procs=$procs --time_slice=$slice --workload=fib --goroutines=$((4 * procs))
+  done
+done
+
+echo "Throughput cost of preemption (spinners, 1 P, async on vs off at the same slice):"
+for slice in 10ms 1ms 200us; do
+  run "spin on  slice=$slice" 0 0 --procs=1 --time_slice=$slice --workload=spin --goroutines=4 --sleeper=false
+  on=$LAST_THROUGHPUT
+  run "spin off slice=$slice" 0 0 --procs=1 --time_slice=$slice --workload=spin --goroutines=4 --sleeper=false --async_preemption=false
+  off=$LAST_THROUGHPUT
+  python3 -c "print('     slice=$slice: throughput with preemption / without = %.4f' % ($on / $off))"
+done
+
+if ((SOAK_MINUTES > 0)); then
+  echo "Soak: random configurations for $SOAK_MINUTES minutes"
+  end=$((SECONDS + SOAK_MINUTES * 60))
+  workloads=(spin asm mixed fib); slices=(10ms 2ms 1ms 500us 200us)
+  while ((SECONDS < end)); do
+    w=${workloads[RANDOM % 4]}; s=${slices[RANDOM % 5]}; p=$((RANDOM % 2 + 1)); g=$((RANDOM % 40 + 2))
+    min=0.90; [[ $w == mixed || $w == fib ]] && min=0.80
+    run "soak $w procs=$p slice=$s n=$g" $min 0 --procs=$p --time_slice=$s --workload=$w --goroutines=$g
+  done
+fi
+
+if ((failures)); then echo "$failures run(s) failed"; exit 1; fi
+echo "all runs passed"
