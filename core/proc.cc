@@ -578,7 +578,7 @@ void Execute(M* m, G* g, bool inherit) {
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   g->m = m;
   m->in_switch.store(true, std::memory_order_relaxed);
-  m->curg = g;
+  __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
   arch::SwitchContext(&m->g0ctx, &g->ctx);
   m->in_switch.store(false, std::memory_order_relaxed);
 }

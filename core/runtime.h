@@ -115,7 +115,10 @@ enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kPreempt, kExit };
 
 struct M {
   arch::Context g0ctx;  // the scheduler context on the thread's own stack
-  G* curg = nullptr;    // the running goroutine, or nullptr on g0
+  // The running goroutine, or nullptr on g0. Stored with release after the
+  // P's schedtick, so that sysmon, reading it with acquire, sees the tick of
+  // the slice it belongs to.
+  G* curg = nullptr;
   P* p = nullptr;       // the attached P, or nullptr when idle
   P* next_p = nullptr;  // the P handed to this M by whoever woke it
   int64_t id = 0;
@@ -285,8 +288,9 @@ void HandoffP(P* p);
 void WakeSysmon();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
-// Asks the goroutine running on p to yield; true if one was asked.
-bool PreemptOne(P* p);
+// Asks the goroutine running on p to yield, if p is still in the slice
+// numbered `tick`; true if one was asked.
+bool PreemptOne(P* p, uint32_t tick);
 // Whether async preemption may stop code at pc (core/preempt.cc).
 bool PreemptiblePc(uintptr_t pc);
 void InitPreemptibleRanges();

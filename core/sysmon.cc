@@ -90,7 +90,7 @@ void* SysmonMain(void*) {
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
       if (ran >= slice) {
-        if (PreemptOne(p)) acted = true;
+        if (PreemptOne(p, tick)) acted = true;
       } else {
         until_expiry = std::min(until_expiry, slice - ran);
       }
@@ -108,11 +108,16 @@ void* SysmonMain(void*) {
 
 }  // namespace
 
-bool PreemptOne(P* p) {
+bool PreemptOne(P* p, uint32_t tick) {
   M* m = p->m.load(std::memory_order_acquire);
   if (m == nullptr) return false;
-  G* g = m->curg;  // racy; Gs are never freed, so at worst we ask the wrong one
+  G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
   if (g == nullptr) return false;
+  // If a new slice began since sysmon judged this one spent, `g` may be the
+  // goroutine that just started: leave it alone. (A slice that begins after
+  // this check can only see the request land on a goroutine that is no longer
+  // running; Execute clears it, and the handler finds no request on the new one.)
+  if (p->schedtick.load(std::memory_order_acquire) != tick) return false;
   g->stackguard0.store(kStackPreempt, std::memory_order_release);
   if (sched.async_preemption && !m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
     if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {

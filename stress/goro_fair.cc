@@ -261,6 +261,7 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> c0(n), c1(n);
   absl::Duration window;
   const bool sleeper = absl::GetFlag(FLAGS_sleeper);
+  uint64_t sleeper_preemptions = 0;
 
   // A plain thread keeps time, so that the run ends even when goroutines
   // starve everything else (--async_preemption=false on one P).
@@ -296,6 +297,7 @@ int main(int argc, char** argv) {
               absl::Duration late = absl::Now() - t - interval;
               if (shared.measuring.load()) lateness_ms.push_back(absl::ToDoubleMilliseconds(late));
             }
+            sleeper_preemptions = goro::CurrentGoroutinePreemptions();
             wg.Done();
           });
         }
@@ -349,8 +351,9 @@ int main(int argc, char** argv) {
   std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
               absl::ToDoubleSeconds(window));
   if (sleeper) {
-    std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
-                absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax);
+    std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu times\n",
+                absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax,
+                static_cast<unsigned long long>(sleeper_preemptions));
   }
   std::printf("Preemptions: %llu async (signal), %llu cooperative; %llu signals sent; %llu steals; %d threads\n",
               static_cast<unsigned long long>(st.async_preemptions),

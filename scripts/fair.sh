@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds goro and runs the fairness runner, the project's main job:
+#   bash scripts/fair.sh [goro-fair flags...]
+# With no flags: 16 call-free spinners on 2 Ps for 3 s, beside a 1 ms sleeper.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+BUILD=${GORO_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target goro-fair >/dev/null
+exec "$BUILD/stress/goro-fair" "$@"
