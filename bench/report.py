@@ -161,13 +161,23 @@ def main():
 
     out.append("## All samples")
     out.append("")
-    out.append("| workload | procs | impl | samples |")
-    out.append("| --- | ---: | --- | --- |")
+    out.append("In run order. goro and Go ran back to back for each repetition, so the "
+               "ratio of the two runs of one repetition (paired) is less exposed to a "
+               "neighbour's load than the ratio of the medians in the table above; its "
+               "median is in the last column. A run that failed has no sample.")
+    out.append("")
+    out.append("| workload | procs | goro | Go | goro/Go per repetition | median paired goro/Go |")
+    out.append("| --- | ---: | --- | --- | --- | ---: |")
     for name, procs, _, _ in ROWS:
-        for impl in ("goro", "go"):
-            s = samples.get((impl, name, procs))
-            if s:
-                out.append(f"| `{name}` | {procs} | {impl} | {', '.join(fmt(v) for v in s)} |")
+        g = samples.get(("goro", name, procs), [])
+        o = samples.get(("go", name, procs), [])
+        if not g and not o:
+            continue
+        paired = [a / b for a, b in zip(g, o) if b] if len(g) == len(o) else []
+        out.append(f"| `{name}` | {procs} | {', '.join(fmt(v) for v in g) or '—'} | "
+                   f"{', '.join(fmt(v) for v in o) or '—'} | "
+                   f"{', '.join(fmt(v) for v in paired) or '—'} | "
+                   f"{fmt(statistics.median(paired)) if paired else '—'} |")
     out.append("")
 
     cpu_rows = []
