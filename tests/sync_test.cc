@@ -494,31 +494,28 @@ TEST(CondVarTest, WaitForReleasesTheMutexWhileWaiting) {
     goro::Mutex mu;
     goro::CondVar cv;
     std::atomic<bool> waiting{false};
+    std::atomic<int> result{-1};
     goro::WaitGroup wg;
     wg.Add(1);
     goro::Go([&] {
       {
         std::lock_guard<goro::Mutex> lock(mu);
         waiting = true;
-        cv.WaitFor(mu, absl::Milliseconds(300));
+        result = cv.WaitFor(mu, absl::Seconds(30)) ? 1 : 0;
       }
       wg.Done();
     });
     EXPECT_TRUE(Eventually([&] { return waiting.load(); }));
-    // While it waits, the mutex is free (bounded: the wait ends after 300 ms anyway,
-    // so check before then that at least one TryLock succeeded).
-    bool got_it = false;
-    auto start = Now();
-    while (!got_it && Since(start) < absl::Milliseconds(250)) {
-      if (mu.TryLock()) {
-        got_it = true;
-        mu.Unlock();
-      } else {
-        goro::SleepFor(absl::Milliseconds(1));
-      }
-    }
-    EXPECT_TRUE(got_it);
+    // The waiter set `waiting` under mu and holds mu until WaitFor releases it,
+    // so a successful TryLock means it is queued inside WaitFor.
+    EXPECT_TRUE(Eventually([&] {
+      if (!mu.TryLock()) return false;
+      mu.Unlock();
+      return true;
+    })) << "the mutex stayed held while WaitFor waited";
+    cv.Signal();
     wg.Wait();
+    EXPECT_EQ(result.load(), 1);
   });
 }
 
