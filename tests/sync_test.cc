@@ -228,6 +228,33 @@ TEST(MutexTest, MutualExclusionBetweenThreadsAndGoroutines) {
   EXPECT_EQ(counter, 4 * int64_t{kIters});
 }
 
+// No goroutine at all: the primitives block plain threads too.
+TEST(MutexTest, PlainThreadsOnly) {
+  Watchdog dog;
+  constexpr int kThreads = 4, kIters = 20000;
+  goro::Mutex mu;
+  int64_t counter = 0;  // guarded by mu
+  std::atomic<int> inside{0}, overlaps{0};
+  goro::WaitGroup wg;
+  wg.Add(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIters; ++i) {
+        std::lock_guard<goro::Mutex> lock(mu);
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        counter = counter + 1;
+        inside.fetch_sub(1);
+      }
+      wg.Done();
+    });
+  }
+  wg.Wait();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(counter, int64_t{kThreads} * kIters);
+}
+
 TEST(MutexTest, TryLock) {
   RunBounded([] {
     goro::Mutex mu;
@@ -572,6 +599,26 @@ TEST(CondVarTest, PlainThreadWaitsGoroutineSignals) {
   std::unique_lock<goro::Mutex> lock(state->mu);
   while (!state->ready) state->cv.Wait(state->mu);
   EXPECT_TRUE(state->ready);
+}
+
+TEST(CondVarTest, PlainThreadsOnly) {
+  Watchdog dog;
+  goro::Mutex mu;
+  goro::CondVar cv;
+  int turn = 0;  // guarded by mu: threads take turns 0, 1, 0, 1, ...
+  constexpr int kRounds = 500;
+  auto player = [&](int me) {
+    for (int i = 0; i < kRounds; ++i) {
+      std::unique_lock<goro::Mutex> lock(mu);
+      while (turn != me) cv.Wait(mu);
+      turn = 1 - me;
+      cv.Signal();
+    }
+  };
+  std::thread a(player, 0), b(player, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(turn, 0);
 }
 
 }  // namespace
