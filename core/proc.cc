@@ -107,7 +107,16 @@ Sched& sched = *new Sched();
 namespace {
 
 thread_local M* tls_m = nullptr;
-thread_local std::unique_ptr<G> tls_external_g;
+
+// The stand-in G of a plain thread, counted awake from its first goro call
+// until the thread exits (see Sched::external_awake).
+struct ExternalGDeleter {
+  void operator()(G* g) const {
+    sched.external_awake.fetch_sub(1);
+    delete g;
+  }
+};
+thread_local std::unique_ptr<G, ExternalGDeleter> tls_external_g;
 thread_local uint64_t tls_rand = 0;
 
 constexpr int kMaxThreads = 10000;
@@ -130,7 +139,8 @@ namespace {
 
 G* ExternalG() {
   if (!tls_external_g) {
-    tls_external_g = std::make_unique<G>();
+    tls_external_g.reset(new G());
+    sched.external_awake.fetch_add(1);
     tls_external_g->external = true;
     tls_external_g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   }
@@ -369,6 +379,7 @@ void StopM(M* m) {
 // Run(), the program can never make progress.
 void CheckDeadLocked() {
   if (sched.run_waiters == 0) return;
+  if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone
   // Someone is running (or sleeping until a timer). Ms wired to a blocked
   // goroutine are as idle as the goroutine.
   if (sched.mcount - sched.nmidle - sched.nmlocked > 0) return;
@@ -776,6 +787,7 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
       g->status.store(GStatus::kRunning, std::memory_order_relaxed);
       return;
     }
+    sched.external_awake.fetch_sub(1);  // Ready counts it awake again
     g->note.Sleep();
     g->status.store(GStatus::kRunning, std::memory_order_relaxed);
     g->wait_reason = WaitReason::kNone;
@@ -797,6 +809,9 @@ void Ready(G* g) {
                        static_cast<int>(want), ")"));
   }
   if (g->external) {
+    // Awake from this moment, before its thread runs: otherwise the last M
+    // could go idle in between and see nobody who might wake anyone.
+    sched.external_awake.fetch_add(1);
     g->note.Wakeup();
     return;
   }
@@ -994,6 +1009,7 @@ using internal::sched;
 void Go(absl::AnyInvocable<void() &&> fn) {
   internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
+  if (!internal::OnGoroutine()) internal::CurrentG();  // a plain thread: known from now on
   internal::NewProc(std::move(fn));
 }
 

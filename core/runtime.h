@@ -205,6 +205,11 @@ struct Sched {
   // Threads blocked in Run() waiting for their goroutine; deadlock is
   // reported only while this is positive.
   int run_waiters ABSL_GUARDED_BY(mu) = 0;
+  // Plain threads that have used goro and are not parked in it (a thread
+  // sleeping in goro::SleepFor counts as awake). Any of them may yet wake a
+  // goroutine, so no deadlock is reported while this is positive. Threads
+  // that never touched goro cannot be known; see docs/scheduler.md.
+  std::atomic<int> external_awake{0};
   // Free Gs shared between Ps.
   SpinLock gfree_lock;
   G* gfree = nullptr;  // guarded by gfree_lock

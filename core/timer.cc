@@ -139,6 +139,7 @@ bool CommitSleep(G* g, void* arg) {
 void SleepUntilNanos(int64_t when) {
   if (!OnGoroutine()) {
     int64_t left = when - Nanotime();
+    CurrentG();  // known (and awake: it wakes by itself)
     if (left > 0) absl::SleepFor(absl::Nanoseconds(left));
     return;
   }
