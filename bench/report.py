@@ -182,22 +182,26 @@ def main():
 
     cpu_rows = []
     for name, procs, _, _ in ROWS:
-        c = cpu.get(("goro", name, procs))
-        g = samples.get(("goro", name, procs))
-        if c and g:
-            cpu_rows.append(f"| `{name}` | {procs} | {units.get((name, procs), '')} | "
-                            f"{fmt(statistics.median(g))} | {fmt(statistics.median(c))} |")
+        gc = cpu.get(("goro", name, procs))
+        oc = cpu.get(("go", name, procs))
+        if not gc and not oc:
+            continue
+        gm = statistics.median(gc) if gc else None
+        om = statistics.median(oc) if oc else None
+        cpu_rows.append(f"| `{name}` | {procs} | {units.get((name, procs), '')} | {fmt(gm)} | "
+                        f"{fmt(om)} | {fmt(gm / om) if gm is not None and om else '—'} |")
     if cpu_rows:
-        out.append("## goro: wall-clock time and process CPU time")
+        out.append("## Process CPU time per operation")
         out.append("")
-        out.append("CPU time of the whole process (every M, spinning ones included) per "
-                   "operation, median of the repetitions, next to the wall-clock figure of "
-                   "the table above. CPU above wall x procs means work outside the "
-                   "benchmark's goroutines; CPU well below wall means the process waited "
-                   "(on a noisy machine, often for the CPU itself).")
+        out.append("User plus system CPU time of the whole process (every thread: spinning "
+                   "Ms, Go's GC workers) per operation, median of the repetitions. On a "
+                   "shared machine it moves less than wall-clock time when a neighbour takes "
+                   "the CPUs, so it is a cross-check of the table above, not the target "
+                   "measure. goro's covers the timed loop only (Google Benchmark); Go's the "
+                   "whole benchmark function of the reported run, set-up included.")
         out.append("")
-        out.append("| workload | procs | unit | wall | process CPU |")
-        out.append("| --- | ---: | --- | ---: | ---: |")
+        out.append("| workload | procs | unit | goro CPU | Go CPU | goro/Go |")
+        out.append("| --- | ---: | --- | ---: | ---: | ---: |")
         out.extend(cpu_rows)
         out.append("")
 

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -45,7 +46,19 @@ type result struct {
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	Iters int     `json:"iters,omitempty"`
-	Extra string  `json:"extra,omitempty"`
+	// Process CPU time (user+system, every thread) per op in Unit, of the
+	// last (reported) run; nil when not measured.
+	CPUValue *float64 `json:"cpu_value,omitempty"`
+	Extra    string   `json:"extra,omitempty"`
+}
+
+// processCPU returns the user+system CPU time of the whole process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func emit(r result) {
@@ -368,7 +381,16 @@ func main() {
 			continue
 		}
 		opsPerIterOverride = 0
-		r := testing.Benchmark(w.fn)
+		// CPU time of each call of the benchmark function; testing.Benchmark
+		// reports the last call, so keep the last. It includes the little
+		// set-up each workload does outside its timed loop.
+		var lastCPU time.Duration
+		fn := w.fn
+		r := testing.Benchmark(func(b *testing.B) {
+			c0 := processCPU()
+			fn(b)
+			lastCPU = processCPU() - c0
+		})
 		if r.N == 0 {
 			fatalf("%s: benchmark did not run", w.name)
 		}
@@ -377,7 +399,9 @@ func main() {
 			ops = opsPerIterOverride
 		}
 		nsPerOp := float64(r.T.Nanoseconds()) / float64(r.N) / ops
-		emit(result{Name: w.name, Procs: *procs, Value: nsPerOp * w.scale, Unit: w.unit, Iters: r.N})
+		cpuPerOp := float64(lastCPU.Nanoseconds()) / float64(r.N) / ops * w.scale
+		emit(result{Name: w.name, Procs: *procs, Value: nsPerOp * w.scale, Unit: w.unit, Iters: r.N,
+			CPUValue: &cpuPerOp})
 	}
 }
 
