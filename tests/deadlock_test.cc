@@ -174,17 +174,26 @@ TEST(DeadlockTest, BlockedGoroutineWithoutAWaitingRunIsNotReported) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// A plain thread the runtime has never seen cannot be known to exist, so each
+// peer thread below makes a goro call first and only then lets Run start.
+void WaitUntilSet(const std::atomic<bool>& flag) {
+  while (!flag.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 // A goroutine waiting in Run for a plain thread that is inside a goro call (a
 // goro::SleepFor, then a Send) is not deadlocked: that thread can wake it.
 [[noreturn]] void WaitOnSleepingThreadChild() {
   goro_test::Watchdog dog(absl::Seconds(30));
   goro_test::StartRuntime();
   goro::Chan<int> c;
-  std::thread sender([c]() mutable {
+  std::atomic<bool> known{false};
+  std::thread sender([c, &known]() mutable {
+    goro::SleepFor(absl::Milliseconds(1));  // the runtime knows this thread from here on
+    known = true;
     goro::SleepFor(absl::Milliseconds(300));
     c.Send(7);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // sender is asleep
+  WaitUntilSet(known);
   int got = 0;
   goro::Run([&] { got = c.Recv().value_or(-1); }, goro_test::TestOptions());
   sender.join();
@@ -201,11 +210,14 @@ TEST(DeadlockTest, RunWaitingOnAPlainThreadInAGoroCallIsNotADeadlock) {
   goro_test::StartRuntime();
   goro::Chan<int> request;
   goro::Chan<int> reply;
-  std::thread server([request, reply]() mutable {
-    int v = request.Recv().value_or(0);  // blocked here when Run starts
+  std::atomic<bool> known{false};
+  std::thread server([request, reply, &known]() mutable {
+    goro::SleepFor(absl::Milliseconds(1));  // the runtime knows this thread from here on
+    known = true;
+    int v = request.Recv().value_or(0);  // usually blocked here when Run starts
     reply.Send(v * 2);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  WaitUntilSet(known);
   int got = 0;
   goro::Run(
       [&] {
