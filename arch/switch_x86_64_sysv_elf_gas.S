@@ -7,7 +7,7 @@
  * Saves the callee-saved state of the caller on its own stack, stores the
  * stack pointer in from->sp, loads to->sp and restores the state found there.
  * Caller-saved registers need no saving: the C++ caller assumes a call
- * clobbers them. Frame layout (see frame_x86_64.h):
+ * clobbers them (rax is used as scratch). Frame layout (see frame_x86_64.h):
  *
  *   0x00  MXCSR | x87 CW | pad     0x28  rbx
  *   0x08  r15                      0x30  rbp
@@ -45,9 +45,22 @@ goro_switch_context:
         movq    %rsp, (%rdi)                 /* from->sp = current frame */
 
         movq    (%rsi), %rsp                 /* switch stacks: to->sp */
+        /* Loading MXCSR and the x87 control word is slow and they rarely
+           differ, so load each only when its control bits differ. (The ABI
+           makes the control bits callee-saved and the status bits
+           caller-saved.) -8(%rsp) is scratch in this leaf's red zone. */
+        stmxcsr -8(%rsp)                     /* current MXCSR */
+        movl    -8(%rsp), %eax
+        xorl    GORO_FRAME_FPU(%rsp), %eax   /* differences from the saved one */
+        testl   $0xFFC0, %eax                /* in the control bits? */
+        jz      1f
         ldmxcsr GORO_FRAME_FPU(%rsp)         /* restore SSE control/status */
+1:      fnstcw  -8(%rsp)                     /* current x87 control word */
+        movzwl  -8(%rsp), %eax
+        cmpw    GORO_FRAME_FPU+4(%rsp), %ax
+        je      2f
         fldcw   GORO_FRAME_FPU+4(%rsp)       /* restore x87 control word */
-        addq    $8, %rsp
+2:      addq    $8, %rsp
         popq    %r15                         /* callee-saved GPRs */
         popq    %r14
         popq    %r13

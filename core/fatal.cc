@@ -25,10 +25,11 @@ void Fatal(absl::string_view msg) {
 }
 
 void FatalG(absl::string_view msg) {
+  G* g = CurrentGoroutine();
   M* m = CurrentM();
   std::string who;
-  if (m != nullptr && m->curg != nullptr) {
-    who = absl::StrCat("goroutine ", m->curg->id);
+  if (g != nullptr) {
+    who = absl::StrCat("goroutine ", g->id);
   } else if (m != nullptr) {
     who = absl::StrCat("runtime thread M", m->id);
   } else {

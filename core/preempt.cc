@@ -88,8 +88,7 @@ bool ExcludeFromPreemption(const void* begin, const void* end) {
 }
 
 NoPreemptScope::NoPreemptScope() {
-  internal::M* m = internal::CurrentM();
-  internal::G* g = m != nullptr ? m->curg : nullptr;
+  internal::G* g = internal::CurrentGoroutine();
   g_ = g;
   if (g == nullptr) return;
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -106,7 +106,10 @@ Sched& sched = *new Sched();
 
 namespace {
 
-thread_local M* tls_m = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local M* tls_m = nullptr;
+// The goroutine running on this thread (Execute sets it on g0 before switching
+// in, FinishSwitchOnG0 clears it); read through CurrentGoroutine().
+__attribute__((tls_model("initial-exec"))) thread_local G* tls_g = nullptr;
 
 // The stand-in G of a plain thread, counted awake from its first goro call
 // until the thread exits (see Sched::external_awake).
@@ -130,10 +133,24 @@ int64_t Nanotime() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-__attribute__((noinline)) M* CurrentM() {
-  asm volatile("" ::: "memory");  // not pure: the thread may differ between calls
-  return tls_m;
+}  // namespace goro::internal
+
+extern "C" intptr_t goro_tls_m_offset = 0;
+extern "C" intptr_t goro_tls_g_offset = 0;
+
+namespace goro::internal {
+
+void InitCurrentM() {
+  uintptr_t tp;
+  asm volatile("movq %%fs:0, %0" : "=r"(tp));
+  goro_tls_m_offset = reinterpret_cast<intptr_t>(&tls_m) - static_cast<intptr_t>(tp);
+  goro_tls_g_offset = reinterpret_cast<intptr_t>(&tls_g) - static_cast<intptr_t>(tp);
 }
+
+namespace {
+[[maybe_unused]] const bool tls_offset_ready = (InitCurrentM(), true);
+}  // namespace
+
 
 namespace {
 
@@ -150,15 +167,11 @@ G* ExternalG() {
 }  // namespace
 
 G* CurrentG() {
-  M* m = CurrentM();
-  if (m != nullptr && m->curg != nullptr) return m->curg;
+  if (G* g = CurrentGoroutine()) return g;
   return ExternalG();
 }
 
-bool OnGoroutine() {
-  M* m = CurrentM();
-  return m != nullptr && m->curg != nullptr;
-}
+bool OnGoroutine() { return CurrentGoroutine() != nullptr; }
 
 uint32_t FastRand() {
   // xorshift64*, seeded per thread.
@@ -575,9 +588,9 @@ void Execute(M* m, G* g, bool inherit) {
   P* p = m->p;
   if (!inherit || p->slice_spent) {
     p->slice_spent = false;
-    // A new time slice: stamp it before publishing the tick, so that sysmon
-    // never pairs a new tick with an old start.
-    p->slice_start_tsc.store(arch::ReadTsc(), std::memory_order_relaxed);
+    // A new time slice: stamp it (short slices only) before publishing the
+    // tick, so that sysmon never pairs a new tick with an old start.
+    if (sched.stamp_slices) p->slice_start_tsc.store(arch::ReadTsc(), std::memory_order_relaxed);
     p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
   if (g->stack.hi == 0) {
@@ -590,6 +603,7 @@ void Execute(M* m, G* g, bool inherit) {
   g->m = m;
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
+  tls_g = g;
   arch::SwitchContext(&m->g0ctx, &g->ctx);
   m->in_switch.store(false, std::memory_order_relaxed);
 }
@@ -599,6 +613,7 @@ void Execute(M* m, G* g, bool inherit) {
 G* FinishSwitchOnG0(M* m) {
   G* g = m->curg;
   m->curg = nullptr;
+  tls_g = nullptr;
   g->m = nullptr;
   SwitchRequest req = m->request;
   m->request = SwitchRequest::kNone;
@@ -728,6 +743,7 @@ void StartLockedM(M* m, G* g) {
 void* MStart(void* arg) {
   M* m = static_cast<M*>(arg);
   tls_m = m;
+  if (CurrentM() != m) Fatal("MStart: the thread-local M is not at the expected offset");
   m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
   MInitSignals(m);
   sigset_t none;
@@ -787,7 +803,12 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
       g->status.store(GStatus::kRunning, std::memory_order_relaxed);
       return;
     }
-    sched.external_awake.fetch_sub(1);  // Ready counts it awake again
+    if (sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
+      // The last awake plain thread going to sleep may be what completes a
+      // deadlock (the Ms may all have gone idle before it parked).
+      absl::MutexLock lock(&sched.mu);
+      CheckDeadLocked();
+    }
     g->note.Sleep();
     g->status.store(GStatus::kRunning, std::memory_order_relaxed);
     g->wait_reason = WaitReason::kNone;
@@ -835,8 +856,7 @@ void YieldNow() {
 }
 
 RuntimeScope::RuntimeScope() {
-  M* m = CurrentM();
-  g_ = m != nullptr ? m->curg : nullptr;
+  g_ = CurrentGoroutine();
   if (g_ == nullptr) return;
   int32_t n = g_->preempt_off.load(std::memory_order_relaxed);
   if (n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
@@ -847,12 +867,13 @@ RuntimeScope::RuntimeScope() {
 }
 
 void PreemptCooperative() {
-  M* m = CurrentM();
-  G* g = m->curg;
+  G* g = CurrentGoroutine();
+  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  M* m = CurrentM();  // only now: with preemption off it cannot change under us
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
   sched.cooperative_preemptions.fetch_add(1, std::memory_order_relaxed);
-  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
   SwitchToG0(m, g, SwitchRequest::kPreempt);
   g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -957,6 +978,7 @@ void EnsureStarted(const Options& opts) {
   absl::MutexLock lock(&start_mu);
   if (sched.started.load(std::memory_order_relaxed)) return;
 
+  InitCurrentM();
   EnvSettings env = ReadEnvironment();
   Options o = opts;
   if (o.max_procs <= 0) {
@@ -969,6 +991,7 @@ void EnsureStarted(const Options& opts) {
   sched.opts = o;
   sched.nprocs = o.max_procs;
   sched.time_slice_ns = std::max<int64_t>(absl::ToInt64Nanoseconds(o.time_slice), 50000);
+  sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
   const arch::CpuInfo& cpu = arch::ProbeCpu();
   if (o.async_preemption && !cpu.xsave) {
@@ -1019,6 +1042,9 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   WaitGroup done;
   done.Add(1);
   if (from_thread) {
+    // Known and awake before it counts as a waiter: until its goroutine is on
+    // a queue, it is the only sign that anything is about to happen.
+    internal::CurrentG();
     absl::MutexLock lock(&sched.mu);
     sched.run_waiters++;
   }
@@ -1043,9 +1069,8 @@ void Yield() {
 }
 
 void Checkpoint() {
-  internal::M* m = internal::CurrentM();
-  if (m == nullptr || m->curg == nullptr) return;
-  internal::G* g = m->curg;
+  internal::G* g = internal::CurrentGoroutine();
+  if (g == nullptr) return;
   uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   uintptr_t guard = g->stackguard0.load(std::memory_order_relaxed);
   if (sp >= guard) return;
@@ -1057,6 +1082,7 @@ void Checkpoint() {
 }
 
 void LockOSThread() {
+  internal::RuntimeScope scope;  // no migration while we wire
   internal::M* m = internal::CurrentM();
   if (m == nullptr || m->curg == nullptr) return;  // a plain thread is its own thread
   internal::G* g = m->curg;
@@ -1067,6 +1093,7 @@ void LockOSThread() {
 }
 
 void UnlockOSThread() {
+  internal::RuntimeScope scope;
   internal::M* m = internal::CurrentM();
   if (m == nullptr || m->curg == nullptr) return;
   internal::G* g = m->curg;
@@ -1078,13 +1105,13 @@ void UnlockOSThread() {
 }
 
 uint64_t CurrentGoroutinePreemptions() {
-  internal::M* m = internal::CurrentM();
-  return m != nullptr && m->curg != nullptr ? m->curg->preemptions : 0;
+  internal::G* g = internal::CurrentGoroutine();
+  return g != nullptr ? g->preemptions : 0;
 }
 
 int64_t GoroutineId() {
-  internal::M* m = internal::CurrentM();
-  return m != nullptr && m->curg != nullptr ? m->curg->id : 0;
+  internal::G* g = internal::CurrentGoroutine();
+  return g != nullptr ? g->id : 0;
 }
 
 Stats GetStats() {

@@ -185,6 +185,13 @@ struct P {
 };
 
 inline constexpr int64_t kSysmonMinDelayNs = 20 * 1000;
+// Slices at least this long are timed by sysmon's observation, shorter ones
+// by a TSC stamp (core/sysmon.cc).
+inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;
+// In observation mode sysmon looks at least every slice/kObservePerSlice
+// (but no more often than every kObserveMinNs) while any P runs.
+inline constexpr int64_t kObservePerSlice = 16;
+inline constexpr int64_t kObserveMinNs = 250 * 1000;
 
 struct Sched {
   absl::Mutex mu;
@@ -233,6 +240,9 @@ struct Sched {
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
   int64_t time_slice_ns = 0;
+  // Whether Execute stamps each new slice with the TSC (short slices only;
+  // see core/sysmon.cc for why long ones are timed by observation).
+  bool stamp_slices = false;
   bool async_preemption = true;
   int preempt_signal = 0;
 };
@@ -241,10 +251,41 @@ struct Sched {
 // destructors.
 extern Sched& sched;
 
-// The M of the calling thread, or nullptr on a plain thread. Never inlined, so
-// the thread-local address is computed afresh at each call: a goroutine may
-// resume on another thread after any switch.
-M* CurrentM();
+// The M of the calling thread, or nullptr on a plain thread.
+//
+// A goroutine may resume on another thread after any switch, and a compiler
+// may keep a thread-local variable's address in a register for a whole
+// function, so the runtime never names its thread-local M directly. It reads
+// the thread pointer with an asm volatile (re-executed at every call, never
+// cached) and adds the variable's offset from it, which is the same on every
+// thread because the variable uses the initial-exec TLS model.
+// 0 until computed (at static initialisation, and again at start-up): then no
+// thread can have an M yet.
+extern "C" intptr_t goro_tls_m_offset;
+inline M* CurrentM() {
+  if (goro_tls_m_offset == 0) return nullptr;
+  uintptr_t tp;
+  asm volatile("movq %%fs:0, %0" : "=r"(tp));
+  return *reinterpret_cast<M**>(tp + goro_tls_m_offset);
+}
+// Computes the offsets of the thread-local M and G; called at start-up.
+void InitCurrentM();
+
+// The running goroutine, or nullptr on g0 and on plain threads.
+//
+// This is the only safe way for code that may be preempted to find its own
+// goroutine: it is ONE instruction (a load relative to %fs), so a signal
+// cannot split it. Reading CurrentM() and then m->curg can be split: a
+// preemption in between moves the goroutine to another thread, and it reads
+// the old thread's current goroutine - someone else. Read the M only once
+// preemption is off (inside a RuntimeScope, or on g0).
+extern "C" intptr_t goro_tls_g_offset;
+inline G* CurrentGoroutine() {
+  if (goro_tls_g_offset == 0) return nullptr;
+  G* g;
+  asm volatile("movq %%fs:(%1), %0" : "=r"(g) : "r"(goro_tls_g_offset));
+  return g;
+}
 // The running goroutine, or the calling plain thread's stand-in G (external).
 G* CurrentG();
 // True on a goroutine (not on g0, not on a plain thread).

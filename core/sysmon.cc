@@ -5,15 +5,25 @@
 // cooperative path, and (with async preemption) the preemption signal to its
 // M for a goroutine that reaches no safe point.
 //
-// Timing: Execute stamps each new slice with the TSC. Go's sysmon notices a
-// new slice only at its next wake-up and preempts one wake-up after that, so a
-// slice there lasts between one and two sysmon periods past its length; here
-// sysmon sleeps exactly until the earliest slice ends, so a 10 ms slice ends
-// within tens of microseconds of 10 ms, whatever sysmon's back-off.
+// Timing. Go's sysmon notices a new slice only at its next wake-up (up to
+// 10 ms later) and preempts at a later one, so a 10 ms slice lasts 10 to
+// 20 ms there. goro times slices in one of two ways, and in both sysmon
+// sleeps exactly until the earliest known slice end:
 //
-// Sleeping: 20 us after it acted, doubling while idle up to the smaller of
-// 10 ms and one time slice, and never past the earliest slice end. When every
-// P is idle it sleeps until AcquireP wakes it (WakeSysmon).
+//   - Slices shorter than kObservedSliceMinNs (4 ms): Execute stamps each new
+//     slice with the TSC (about 23 cycles), so its end is known exactly.
+//   - Longer slices (the default 10 ms): no stamp, since a TSC read on every
+//     schedule would cost Yield and spawn a noticeable fraction. Sysmon takes
+//     the time it first sees a slice's tick as its start; while any P runs it
+//     looks at least every slice/16 (and at least 250 us apart), so a slice
+//     ends at most 1/16 late (625 us at 10 ms), and 20 us after a preemption
+//     it looks again, so the slice that follows a preemption - a sleeper
+//     beside a spinner, the case latency depends on - is timed to ~20 us.
+//     This costs at most 1600 wake-ups a second while goroutines run.
+//
+// Sleeping: 20 us after it acted, doubling while idle up to the cap above,
+// never past the earliest slice end. When every P is idle it sleeps until
+// AcquireP wakes it (WakeSysmon).
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -57,7 +67,10 @@ void* SysmonMain(void*) {
   CalibrateTsc();
   std::vector<PState> ps(sched.nprocs);
   const int64_t slice = sched.time_slice_ns;
-  const int64_t max_delay = std::min<int64_t>(10 * 1000 * 1000, slice);
+  const bool stamped = sched.stamp_slices;
+  const int64_t max_delay =
+      stamped ? std::min<int64_t>(10 * 1000 * 1000, slice)
+              : std::max<int64_t>(slice / kObservePerSlice, kObserveMinNs);
   int64_t delay = kSysmonMinDelayNs;
   int idle_rounds = 0;
   int64_t until_expiry = max_delay;
@@ -84,7 +97,7 @@ void* SysmonMain(void*) {
       uint32_t tick = p->schedtick.load(std::memory_order_acquire);
       if (tick != ps[i].tick) {
         ps[i].tick = tick;
-        ps[i].start_tsc = p->slice_start_tsc.load(std::memory_order_relaxed);
+        ps[i].start_tsc = stamped ? p->slice_start_tsc.load(std::memory_order_relaxed) : now_tsc;
       }
       int64_t ran = now_tsc > ps[i].start_tsc
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
