@@ -215,14 +215,23 @@ const char* WaitReasonString(WaitReason r) {
 namespace {
 
 void GlobrunqPutLocked(G* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
-  g->sched_link = nullptr;
-  if (sched.runq_tail != nullptr) {
-    sched.runq_tail->sched_link = g;
-  } else {
-    sched.runq_head = g;
+  size_t size = static_cast<size_t>(sched.runq_size.load(std::memory_order_relaxed));
+  std::vector<G*>& q = sched.runq;
+  if (size == q.size()) {  // full: unroll into a ring twice the size
+    std::vector<G*> bigger(q.size() * 2);
+    for (size_t i = 0; i < size; ++i) bigger[i] = q[(sched.runq_head + i) % q.size()];
+    q.swap(bigger);
+    sched.runq_head = 0;
   }
-  sched.runq_tail = g;
-  sched.runq_size.fetch_add(1, std::memory_order_relaxed);
+  q[(sched.runq_head + size) % q.size()] = g;
+  sched.runq_size.store(static_cast<int32_t>(size + 1), std::memory_order_relaxed);
+}
+
+G* GlobrunqPopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  G* g = sched.runq[sched.runq_head];
+  sched.runq_head = (sched.runq_head + 1) % sched.runq.size();
+  sched.runq_size.fetch_sub(1, std::memory_order_relaxed);
+  return g;
 }
 
 void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
@@ -237,15 +246,10 @@ G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) 
   int32_t n = std::min(size, size / sched.nprocs + 1);
   if (max > 0 && n > max) n = max;
   n = std::min<int32_t>(n, RunQueue::kSize / 2);
-  sched.runq_size.fetch_sub(n, std::memory_order_relaxed);
-  G* g = sched.runq_head;
-  sched.runq_head = g->sched_link;
+  G* g = GlobrunqPopLocked();
   for (int32_t i = 1; i < n; ++i) {
-    G* more = sched.runq_head;
-    sched.runq_head = more->sched_link;
-    if (!p->runq.PutTail(more)) Fatal("GlobrunqGet: local run queue overflow");
+    if (!p->runq.PutTail(GlobrunqPopLocked())) Fatal("GlobrunqGet: local run queue overflow");
   }
-  if (sched.runq_head == nullptr) sched.runq_tail = nullptr;
   return g;
 }
 
@@ -562,6 +566,11 @@ G* GfreeGet(P* p) {
   if (g != nullptr) {
     p->gfree = g->sched_link;
     p->gfree_n--;
+    // The next spawn will write both hot lines of the next free G.
+    if (G* next = p->gfree) {
+      __builtin_prefetch(next, 1);
+      __builtin_prefetch(reinterpret_cast<char*>(next) + 64, 1);
+    }
   }
   return g;
 }
@@ -600,7 +609,6 @@ void Execute(M* m, G* g, bool inherit) {
   // Any preemption request was for an earlier slice.
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
-  g->m = m;
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
   tls_g = g;
@@ -614,7 +622,6 @@ G* FinishSwitchOnG0(M* m) {
   G* g = m->curg;
   m->curg = nullptr;
   tls_g = nullptr;
-  g->m = nullptr;
   SwitchRequest req = m->request;
   m->request = SwitchRequest::kNone;
   switch (req) {
@@ -948,9 +955,6 @@ void NewProc(absl::AnyInvocable<void() &&> fn) {
   g->stackguard0.store(0, std::memory_order_relaxed);
   g->preempt_off.store(1, std::memory_order_relaxed);  // see GoroutineMain
   g->preemptions = 0;
-  g->select_done.store(0, std::memory_order_relaxed);
-  g->param = nullptr;
-  g->wait_reason = WaitReason::kNone;
   if (p != nullptr) {
     if (p->goid_next == p->goid_end) {
       p->goid_next = sched.next_goid.fetch_add(kGoidBatch, std::memory_order_relaxed);

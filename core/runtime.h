@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -77,37 +78,46 @@ inline constexpr uintptr_t kStackGuardMargin = 16 * 1024;
 // than any stack pointer, so every check fails into the slow path.
 inline constexpr uintptr_t kStackPreempt = ~uintptr_t{0} - 1313;
 
-struct G {
+// Layout: the first cache line holds everything that spawning, running and
+// exiting a goroutine touch; the second the closure and what a block
+// touches; the rest is cold. With a million goroutines live every G is cold,
+// so each line touched is a cache miss (see docs/scheduler.md).
+struct alignas(64) G {
+  // --- line 0: spawn, run, exit ---
   // Checked by Checkpoint() and runtime entries: sp < stackguard0 means the
   // stack is nearly exhausted or a preemption was requested. Written by the
-  // owner and (later) by sysmon; hence atomic.
+  // owner and by sysmon; hence atomic.
   std::atomic<uintptr_t> stackguard0{0};
   arch::Context ctx;  // saved registers while not running
   Stack stack;        // {0,0} until first run: a G that has not started has no stack
   std::atomic<GStatus> status{GStatus::kIdle};
-  int64_t id = 0;
-  M* m = nullptr;  // the M running it; set by Execute, cleared on switch-out
-  absl::AnyInvocable<void() &&> fn;
-  WaitReason wait_reason = WaitReason::kNone;
-  int64_t wait_since = 0;  // Nanotime() when it parked
-  G* sched_link = nullptr;  // global run queue and free lists
-  // Select: set to 1 by the first channel operation that completes one of the
-  // G's select cases; others that find it set skip the G. `param` carries the
-  // winning waiter to the woken G.
-  std::atomic<uint32_t> select_done{0};
-  void* param = nullptr;
-  // A plain thread's stand-in G (see ExternalG); parks on `note`.
-  bool external = false;
-  Note note;
   // > 0 while the goroutine runs runtime code (RuntimeScope) or a user
   // NoPreemptScope: the signal handler does not inject then. Written only by
   // the goroutine's own thread (and by the handler, which runs on it).
   std::atomic<int32_t> preempt_off{0};
+  int64_t id = 0;
+  G* sched_link = nullptr;   // free lists and ChanClose's wake list
   uint64_t preemptions = 0;  // times this goroutine was preempted, both ways
-  // LockOSThread: the M this goroutine is wired to, and the nesting depth.
-  M* locked_m = nullptr;
-  int32_t lock_count = 0;
+
+  // --- line 1: the closure, blocking ---
+  absl::AnyInvocable<void() &&> fn;
+  int64_t wait_since = 0;  // Nanotime() when it parked
+  // Select: set to 1 by the first channel operation that completes one of the
+  // G's select cases; others that find it set skip the G. `param` carries the
+  // winning waiter to the woken G. Both are set by Select before it parks.
+  std::atomic<uint32_t> select_done{0};
+  WaitReason wait_reason = WaitReason::kNone;
+  // A plain thread's stand-in G (see ExternalG); parks on `note`.
+  bool external = false;
+  void* param = nullptr;
+
+  // --- cold ---
+  Note note;
+  int32_t lock_count = 0;  // LockOSThread nesting
+  M* locked_m = nullptr;   // LockOSThread: the M this goroutine is wired to
 };
+static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
+static_assert(offsetof(G, fn) == 64, "G's closure should start the second line");
 
 // What a goroutine asks g0 to do when it switches to it.
 // kPreempt: like kYield, but to the global run queue (a spent time slice).
@@ -195,9 +205,11 @@ inline constexpr int64_t kObserveMinNs = 250 * 1000;
 
 struct Sched {
   absl::Mutex mu;
-  // Global run queue.
-  G* runq_head ABSL_GUARDED_BY(mu) = nullptr;
-  G* runq_tail ABSL_GUARDED_BY(mu) = nullptr;
+  // Global run queue: a ring of G pointers that grows by doubling. (An
+  // intrusive list through the Gs would make taking a batch a chain of
+  // dependent cache misses under the lock.)
+  std::vector<G*> runq ABSL_GUARDED_BY(mu) = std::vector<G*>(1024);
+  size_t runq_head ABSL_GUARDED_BY(mu) = 0;  // index of the oldest
   std::atomic<int32_t> runq_size{0};  // written under mu; read racily as a hint
   // Idle Ms and Ps.
   M* midle ABSL_GUARDED_BY(mu) = nullptr;
