@@ -91,7 +91,9 @@ def main():
     out.append("Written by `bench/compare.sh` (do not edit by hand; rerun the script). "
                "Each figure is the median of the repetitions listed under *All samples*; "
                "goro and Go ran interleaved, workload by workload, in the same run on the "
-               "same machine. Lower is better everywhere. The ratio is goro/Go.")
+               "same machine. Lower is better everywhere. The ratio is goro/Go. On a shared "
+               "or small machine single runs move by tens of percent: read the targets "
+               "together with *All samples* and the CPU-time cross-check below.")
     out.append("")
     out.append("## Machine and run")
     out.append("")
@@ -232,7 +234,9 @@ loop code is inline, from the header).
 - **spawn+complete**: one iteration starts 10,000 goroutines that each only call
   `WaitGroup::Done`, then waits; time per goroutine.
 - **Yield**: two goroutines on one P both call `goro::Yield` / `runtime.Gosched`
-  in a loop; an iteration is two Yields; time per Yield.
+  in a loop; time per call, counting both goroutines' calls (the partner counts
+  its own; a partner that ran far less often than the timed loop is a failure:
+  Yield did not switch).
 - **unbuffered ping-pong**: two unbuffered channels, a partner goroutine echoes
   each value back; time per round trip (two sends, two receives).
 - **buffered channel**: cap 128, one producer goroutine sends N values, the
