@@ -93,6 +93,8 @@
 #include <memory>
 #include <thread>
 
+#include <cxxabi.h>
+
 #include "absl/strings/str_cat.h"
 #include "arch/cpu.h"
 #include "core/env.h"
@@ -133,10 +135,16 @@ int64_t Nanotime() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+int64_t CoarseNanotime() { return sched.coarse_now.load(std::memory_order_relaxed); }
+
+EhGlobals* ThreadEhGlobals() { return reinterpret_cast<EhGlobals*>(abi::__cxa_get_globals()); }
+
 }  // namespace goro::internal
 
-extern "C" intptr_t goro_tls_m_offset = 0;
-extern "C" intptr_t goro_tls_g_offset = 0;
+extern "C" {
+intptr_t goro_tls_m_offset = 0;  // declared in core/runtime.h
+intptr_t goro_tls_g_offset = 0;
+}
 
 namespace goro::internal {
 
@@ -612,7 +620,10 @@ void Execute(M* m, G* g, bool inherit) {
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
   tls_g = g;
+  *m->eh = g->eh;  // the goroutine's exceptions in flight, on this thread
   arch::SwitchContext(&m->g0ctx, &g->ctx);
+  g->eh = *m->eh;  // before anyone can run g elsewhere (FinishSwitchOnG0)
+  *m->eh = EhGlobals{};
   m->in_switch.store(false, std::memory_order_relaxed);
 }
 
@@ -691,14 +702,10 @@ G* StopLockedM(M* m) {
   HandoffP(p);
   {
     absl::MutexLock lock(&sched.mu);
-    sched.nmlocked++;
+    sched.nmlocked++;  // StartLockedM un-counts it, before waking it
   }
   m->park.Sleep();
   m->park.Clear();
-  {
-    absl::MutexLock lock(&sched.mu);
-    sched.nmlocked--;
-  }
   P* np = m->next_p;
   G* g = m->next_g;
   m->next_p = nullptr;
@@ -717,6 +724,12 @@ void StartLockedM(M* m, G* g) {
   p->status = P::Status::kIdle;
   lm->next_p = p;
   lm->next_g = g;
+  {
+    // Running from this moment: were it still counted asleep, StopM below
+    // could find every M idle and report a deadlock before lm wakes.
+    absl::MutexLock lock(&sched.mu);
+    sched.nmlocked--;
+  }
   lm->park.Wakeup();
   StopM(m);
 }
@@ -752,6 +765,7 @@ void* MStart(void* arg) {
   tls_m = m;
   if (CurrentM() != m) Fatal("MStart: the thread-local M is not at the expected offset");
   m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  m->eh = ThreadEhGlobals();
   MInitSignals(m);
   sigset_t none;
   sigemptyset(&none);
@@ -770,13 +784,14 @@ void GoroutineMain(void* arg) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(0, std::memory_order_relaxed);
   try {
-    std::move(g->fn)();
+    g->closure_ops->run(g->closure);
   } catch (const std::exception& e) {
     FatalG(absl::StrCat("uncaught exception: ", e.what()));
   } catch (...) {
     FatalG("uncaught exception of a type not derived from std::exception");
   }
-  g->fn = nullptr;  // destroy the captures while the goroutine still runs
+  g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
+  g->closure_ops = nullptr;
   g->preempt_off.store(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
@@ -823,7 +838,7 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
   }
   G* g = m->curg;
   g->wait_reason = reason;
-  g->wait_since = Nanotime();
+  g->wait_since = CoarseNanotime();
   m->park_commit = commit;
   m->park_arg = arg;
   SwitchToG0(m, g, SwitchRequest::kPark);
@@ -946,12 +961,13 @@ extern "C" void goro_async_preempt_go() {
 
 namespace {
 
-void NewProc(absl::AnyInvocable<void() &&> fn) {
+void NewProc(const ClosureOps* ops, void* f) {
   M* m = CurrentM();
   P* p = m != nullptr ? m->p : nullptr;
   G* g = p != nullptr ? GfreeGet(p) : nullptr;
   if (g == nullptr) g = new G();
-  g->fn = std::move(fn);
+  ops->move_to(g->closure, f);
+  g->closure_ops = ops;
   g->stackguard0.store(0, std::memory_order_relaxed);
   g->preempt_off.store(1, std::memory_order_relaxed);  // see GoroutineMain
   g->preemptions = 0;
@@ -1020,6 +1036,7 @@ void EnsureStarted(const Options& opts) {
     }
     for (int i = sched.nprocs - 1; i >= 0; --i) PidlePutLocked(sched.allp[i]);
   }
+  sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
   StartSysmon();
   sched.started.store(true, std::memory_order_release);
 }
@@ -1033,11 +1050,21 @@ namespace goro {
 
 using internal::sched;
 
+namespace internal {
+
+void GoClosure(const ClosureOps* ops, void* f) {
+  EnsureStarted(Options{});
+  RuntimeScope scope;
+  if (!OnGoroutine()) CurrentG();  // a plain thread: known from now on
+  NewProc(ops, f);
+}
+
+}  // namespace internal
+
 void Go(absl::AnyInvocable<void() &&> fn) {
-  internal::EnsureStarted(Options{});
-  internal::RuntimeScope scope;
-  if (!internal::OnGoroutine()) internal::CurrentG();  // a plain thread: known from now on
-  internal::NewProc(std::move(fn));
+  using Fn = absl::AnyInvocable<void() &&>;
+  static_assert(internal::kFitsInline<Fn>);
+  internal::GoClosure(&internal::kClosureOps<Fn>, &fn);
 }
 
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
@@ -1053,7 +1080,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     sched.run_waiters++;
   }
   internal::RuntimeScope scope;
-  internal::NewProc([&fn, &done, from_thread]() mutable {
+  auto body = [&fn, &done, from_thread]() mutable {
     std::move(fn)();
     internal::RuntimeScope scope;
     if (from_thread) {
@@ -1063,7 +1090,8 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
       sched.run_waiters--;
     }
     done.Done();
-  });
+  };
+  internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);
   done.Wait();
 }
 

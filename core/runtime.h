@@ -30,6 +30,9 @@ struct Timer;
 
 // Monotonic nanoseconds (CLOCK_MONOTONIC); the runtime's clock.
 int64_t Nanotime();
+// Nanotime() as of sysmon's last wake-up (or start-up): for bookkeeping that
+// needs no precision (how long a goroutine has waited), at the cost of a load.
+int64_t CoarseNanotime();
 
 // A goroutine's status. The comments say who owns the G in each state.
 enum class GStatus : uint32_t {
@@ -66,6 +69,18 @@ enum class WaitReason : uint8_t {
 };
 const char* WaitReasonString(WaitReason r);
 
+// The C++ runtime's per-thread exception state (libstdc++'s __cxa_eh_globals,
+// whose layout has been stable since the Itanium C++ ABI: the chain of
+// exceptions currently caught, and std::uncaught_exceptions()). It belongs
+// to the goroutine, not the thread: a goroutine parked inside a catch block
+// must find its exception again wherever it resumes, so g0 swaps it in and
+// out around every run of a goroutine.
+struct EhGlobals {
+  void* caught_exceptions = nullptr;
+  unsigned int uncaught_exceptions = 0;
+};
+EhGlobals* ThreadEhGlobals();  // this thread's (libstdc++ __cxa_get_globals)
+
 // A goroutine stack: usable memory [lo, hi); a guard page lies below lo.
 struct Stack {
   uintptr_t lo = 0;
@@ -99,9 +114,12 @@ struct alignas(64) G {
   G* sched_link = nullptr;   // free lists and ChanClose's wake list
   uint64_t preemptions = 0;  // times this goroutine was preempted, both ways
 
-  // --- line 1: the closure, blocking ---
-  absl::AnyInvocable<void() &&> fn;
-  int64_t wait_since = 0;  // Nanotime() when it parked
+  // --- line 1: the closure (kClosureOps of its type, or null) ---
+  alignas(16) unsigned char closure[kInlineClosureSize];
+  const ClosureOps* closure_ops = nullptr;
+
+  // --- line 2: blocking ---
+  int64_t wait_since = 0;  // CoarseNanotime() when it parked
   // Select: set to 1 by the first channel operation that completes one of the
   // G's select cases; others that find it set skip the G. `param` carries the
   // winning waiter to the woken G. Both are set by Select before it parks.
@@ -110,6 +128,7 @@ struct alignas(64) G {
   // A plain thread's stand-in G (see ExternalG); parks on `note`.
   bool external = false;
   void* param = nullptr;
+  EhGlobals eh;  // the exception state while not running
 
   // --- cold ---
   Note note;
@@ -117,7 +136,7 @@ struct alignas(64) G {
   M* locked_m = nullptr;   // LockOSThread: the M this goroutine is wired to
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
-static_assert(offsetof(G, fn) == 64, "G's closure should start the second line");
+static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");
 
 // What a goroutine asks g0 to do when it switches to it.
 // kPreempt: like kYield, but to the global run queue (a spent time slice).
@@ -149,13 +168,14 @@ struct M {
   // LockOSThread: the goroutine wired to this M, and one handed to it to run.
   G* locked_g = nullptr;
   G* next_g = nullptr;
+  EhGlobals* eh = nullptr;  // this thread's exception state
   pthread_t thread{};
   pid_t tid = 0;
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
 };
 
-inline constexpr int kStackCacheSize = 32;
+inline constexpr int kStackCacheSize = 64;
 inline constexpr int kGoidBatch = 16;
 
 struct P {
@@ -194,13 +214,14 @@ struct P {
   std::atomic<uint64_t> steals{0};
 };
 
-inline constexpr int64_t kSysmonMinDelayNs = 20 * 1000;
+// How soon sysmon looks again after asking a goroutine to yield.
+inline constexpr int64_t kSysmonRecheckNs = 50 * 1000;
 // Slices at least this long are timed by sysmon's observation, shorter ones
 // by a TSC stamp (core/sysmon.cc).
 inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;
 // In observation mode sysmon looks at least every slice/kObservePerSlice
 // (but no more often than every kObserveMinNs) while any P runs.
-inline constexpr int64_t kObservePerSlice = 16;
+inline constexpr int64_t kObservePerSlice = 8;
 inline constexpr int64_t kObserveMinNs = 250 * 1000;
 
 struct Sched {
@@ -251,6 +272,7 @@ struct Sched {
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
+  std::atomic<int64_t> coarse_now{0};  // written by sysmon (see CoarseNanotime)
   int64_t time_slice_ns = 0;
   // Whether Execute stamps each new slice with the TSC (short slices only;
   // see core/sysmon.cc for why long ones are timed by observation).
@@ -381,6 +403,9 @@ void WakeForTimer(int64_t when);
 // Stacks (core/stack.cc).
 Stack StackAlloc(P* p);
 void StackFree(P* p, Stack s);
+// Gives back the pages of stacks that sat unused since the last call, above a
+// high-water mark, and unmaps a surplus (sysmon calls it every 100 ms).
+void StackScavenge();
 void StackInitGlobal(size_t stack_size);
 // Which guard the stacks use: "madvise-guard" or "mprotect".
 const char* StackGuardKind();

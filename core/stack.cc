@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <deque>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,12 +34,19 @@ namespace goro::internal {
 
 namespace {
 
-constexpr size_t kGlobalKeepDirty = 64;    // stacks kept with their pages
-constexpr size_t kGlobalKeepMapped = 4096;  // stacks kept reserved at all
+constexpr size_t kKeepDirty = 64;     // idle stacks kept with their pages
+constexpr size_t kKeepMapped = 4096;  // idle stacks kept reserved at all
 
+// Freed stacks beyond the P caches. `dirty` stacks still have their pages
+// (the newest at the back, reused first); `clean` ones had them given back.
+// `low_water` is the fewest dirty stacks seen since the last scavenge: that
+// many sat unused for the whole interval, so giving back their pages costs
+// nothing that was about to be used.
 struct StackPool {
   absl::Mutex mu;
-  std::vector<Stack> free ABSL_GUARDED_BY(mu);
+  std::deque<Stack> dirty ABSL_GUARDED_BY(mu);
+  std::vector<Stack> clean ABSL_GUARDED_BY(mu);
+  size_t low_water ABSL_GUARDED_BY(mu) = 0;
 };
 
 StackPool& pool = *new StackPool();  // never destroyed, like sched
@@ -90,11 +98,20 @@ Stack StackAlloc(P* p) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   {
     absl::MutexLock lock(&pool.mu);
-    // Refill half the cache in one go, so the lock is taken once per batch.
-    while (!pool.free.empty() && p->stack_cache_n < kStackCacheSize / 2) {
-      p->stack_cache[p->stack_cache_n++] = pool.free.back();
-      pool.free.pop_back();
+    // Refill half the cache in one go, so the lock is taken once per batch;
+    // dirty stacks (pages still there) first.
+    while (p->stack_cache_n < kStackCacheSize / 2) {
+      if (!pool.dirty.empty()) {
+        p->stack_cache[p->stack_cache_n++] = pool.dirty.back();
+        pool.dirty.pop_back();
+      } else if (!pool.clean.empty()) {
+        p->stack_cache[p->stack_cache_n++] = pool.clean.back();
+        pool.clean.pop_back();
+      } else {
+        break;
+      }
     }
+    pool.low_water = std::min(pool.low_water, pool.dirty.size());
   }
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   return StackMap();
@@ -105,25 +122,37 @@ void StackFree(P* p, Stack s) {
     p->stack_cache[p->stack_cache_n++] = s;
     return;
   }
-  // The cache is full: move its older half, plus s, to the global pool.
-  std::vector<Stack> moving;
-  moving.push_back(s);
+  // The cache is full: move its older half, plus s, to the global pool. No
+  // system call here: the scavenger gives pages back later.
   int keep = kStackCacheSize / 2;
-  for (int i = 0; i < kStackCacheSize - keep; ++i) moving.push_back(p->stack_cache[i]);
+  absl::MutexLock lock(&pool.mu);
+  pool.dirty.push_back(s);
+  for (int i = 0; i < kStackCacheSize - keep; ++i) pool.dirty.push_back(p->stack_cache[i]);
   for (int i = 0; i < keep; ++i) p->stack_cache[i] = p->stack_cache[kStackCacheSize - keep + i];
   p->stack_cache_n = keep;
-  std::vector<Stack> unmap;
+}
+
+void StackScavenge() {
+  std::vector<Stack> release, unmap;
   {
     absl::MutexLock lock(&pool.mu);
-    for (Stack x : moving) {
-      if (pool.free.size() >= kGlobalKeepMapped) {
-        unmap.push_back(x);
-        continue;
+    size_t idle = pool.low_water > kKeepDirty ? pool.low_water - kKeepDirty : 0;
+    for (size_t i = 0; i < idle && !pool.dirty.empty(); ++i) {
+      release.push_back(pool.dirty.front());  // the oldest
+      pool.dirty.pop_front();
+    }
+    pool.low_water = pool.dirty.size();
+  }
+  if (release.empty()) return;
+  for (Stack x : release) madvise(reinterpret_cast<void*>(x.lo), stack_size, MADV_DONTNEED);
+  {
+    absl::MutexLock lock(&pool.mu);
+    for (Stack x : release) {
+      if (pool.clean.size() < kKeepMapped) {
+        pool.clean.push_back(x);
+      } else {
+        unmap.push_back(x);  // nobody can reach these: unmap after the lock
       }
-      if (pool.free.size() >= kGlobalKeepDirty) {
-        madvise(reinterpret_cast<void*>(x.lo), stack_size, MADV_DONTNEED);
-      }
-      pool.free.push_back(x);
     }
   }
   for (Stack x : unmap) StackUnmap(x);

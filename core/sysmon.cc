@@ -15,15 +15,18 @@
 //   - Longer slices (the default 10 ms): no stamp, since a TSC read on every
 //     schedule would cost Yield and spawn a noticeable fraction. Sysmon takes
 //     the time it first sees a slice's tick as its start; while any P runs it
-//     looks at least every slice/16 (and at least 250 us apart), so a slice
-//     ends at most 1/16 late (625 us at 10 ms), and 20 us after a preemption
+//     looks at least every slice/8 (and at least 250 us apart), so a slice
+//     ends at most 1/8 late (1.25 ms at 10 ms), and 50 us after a preemption
 //     it looks again, so the slice that follows a preemption - a sleeper
-//     beside a spinner, the case latency depends on - is timed to ~20 us.
-//     This costs at most 1600 wake-ups a second while goroutines run.
+//     beside a spinner, the case latency depends on - is timed to ~50 us.
+//     This costs about 900 wake-ups a second while goroutines run.
 //
-// Sleeping: 20 us after it acted, doubling while idle up to the cap above,
-// never past the earliest slice end. When every P is idle it sleeps until
-// AcquireP wakes it (WakeSysmon).
+// Sleeping: until the earliest known slice end, at most slice/8 (and at
+// least 250 us) in observation mode; after asking a goroutine to yield, 50 us
+// (doubling while the request goes unanswered). Go's rule - 20 us after any
+// action, doubling only after 50 idle rounds - wakes about 60 times per slice
+// beside a single hog; each wake-up costs tens of microseconds in a VM. When
+// every P is idle it sleeps until AcquireP wakes it (WakeSysmon).
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -59,6 +62,8 @@ struct PState {
   uint64_t start_tsc = 0;
 };
 
+constexpr int64_t kScavengePeriodNs = 100 * 1000 * 1000;
+
 bool AllPsIdle() { return sched.npidle.load(std::memory_order_acquire) == sched.nprocs; }
 
 void* SysmonMain(void*) {
@@ -68,29 +73,34 @@ void* SysmonMain(void*) {
   std::vector<PState> ps(sched.nprocs);
   const int64_t slice = sched.time_slice_ns;
   const bool stamped = sched.stamp_slices;
-  const int64_t max_delay =
+  // The longest sleep while any P runs: in observation mode it bounds how
+  // late a slice that began unobserved can end.
+  const int64_t max_sleep =
       stamped ? std::min<int64_t>(10 * 1000 * 1000, slice)
               : std::max<int64_t>(slice / kObservePerSlice, kObserveMinNs);
-  int64_t delay = kSysmonMinDelayNs;
-  int idle_rounds = 0;
-  int64_t until_expiry = max_delay;
+  int64_t retry = kSysmonRecheckNs;  // grows while a request goes unanswered
+  int64_t sleep = max_sleep;
+  int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
   for (;;) {
+    if (int64_t now = Nanotime(); now >= next_scavenge) {
+      StackScavenge();
+      next_scavenge = now + kScavengePeriodNs;
+    }
     if (AllPsIdle()) {
+      StackScavenge();  // what is idle now stays idle while we sleep
       sched.sysmon_deep.store(true, std::memory_order_seq_cst);
       if (AllPsIdle()) sched.sysmon_note.Sleep();
       sched.sysmon_deep.store(false, std::memory_order_relaxed);
       sched.sysmon_note.Clear();
-      delay = kSysmonMinDelayNs;
-      idle_rounds = 0;
     } else {
-      int64_t sleep = std::max<int64_t>(std::min(delay, until_expiry), 1000);
-      sched.sysmon_note.SleepUntil(Nanotime() + sleep);
+      sched.sysmon_note.SleepUntil(Nanotime() + std::max<int64_t>(sleep, 1000));
       sched.sysmon_note.Clear();
     }
 
+    sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
     uint64_t now_tsc = arch::ReadTsc();
-    bool acted = false;
-    until_expiry = max_delay;
+    bool asked = false;
+    int64_t until_expiry = max_sleep;
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = sched.allp[i];
       if (p->m.load(std::memory_order_relaxed) == nullptr) continue;
@@ -103,17 +113,20 @@ void* SysmonMain(void*) {
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
       if (ran >= slice) {
-        if (PreemptOne(p, tick)) acted = true;
+        if (PreemptOne(p, tick)) asked = true;
       } else {
         until_expiry = std::min(until_expiry, slice - ran);
       }
     }
-    if (acted) {
-      delay = kSysmonMinDelayNs;
-      idle_rounds = 0;
-      until_expiry = std::min<int64_t>(until_expiry, kSysmonMinDelayNs);  // retry soon
-    } else if (++idle_rounds > 50) {
-      delay = std::min(delay * 2, max_delay);
+    if (asked) {
+      // Look again soon: to time the slice that follows the preemption (in
+      // observation mode), and to signal again if the goroutine was at a
+      // point where it could not stop. Back off while it stays unanswered.
+      sleep = std::min(retry, until_expiry);
+      retry = std::min(retry * 2, max_sleep);
+    } else {
+      sleep = until_expiry;
+      retry = kSysmonRecheckNs;
     }
   }
   return nullptr;

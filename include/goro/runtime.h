@@ -5,6 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
@@ -41,10 +44,49 @@ struct Options {
 // "fatal error: all goroutines are asleep - deadlock!".
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
+namespace internal {
+// How a goroutine's closure is moved into, run from and destroyed in the
+// goroutine's own inline buffer (so that spawning allocates nothing).
+struct ClosureOps {
+  // Move-constructs at dst from src. It does not destroy src: src's owner
+  // does (destroying it here too would destroy it twice; GCC then drops the
+  // stores that empty src, and the moved-from object frees what it gave away).
+  void (*move_to)(void* dst, void* src);
+  void (*run)(void* self);                 // std::move(*self)()
+  void (*destroy)(void* self);
+};
+inline constexpr size_t kInlineClosureSize = 48;
+inline constexpr size_t kInlineClosureAlign = 16;
+template <typename F>
+inline constexpr ClosureOps kClosureOps = {
+    [](void* dst, void* src) { ::new (dst) F(std::move(*static_cast<F*>(src))); },
+    [](void* self) { std::move(*static_cast<F*>(self))(); },
+    [](void* self) { static_cast<F*>(self)->~F(); },
+};
+template <typename F>
+inline constexpr bool kFitsInline = sizeof(F) <= kInlineClosureSize &&
+                                    alignof(F) <= kInlineClosureAlign &&
+                                    std::is_nothrow_move_constructible_v<F>;
+// `f` points to a closure of the type `ops` was made for; it is moved from
+// (and still destroyed by its owner).
+void GoClosure(const ClosureOps* ops, void* f);
+}  // namespace internal
+
 // Starts `fn` as a new goroutine and returns at once. Callable from a goroutine
 // or from any thread; starts the runtime with default Options if needed.
 // An exception escaping `fn` is a fatal error naming the goroutine.
 void Go(absl::AnyInvocable<void() &&> fn);
+
+// The same for any callable that fits in a goroutine's 48-byte inline closure
+// buffer (a lambda capturing up to six pointers): no allocation at all.
+// Larger callables go through the AnyInvocable overload above.
+template <typename F>
+  requires(!std::is_same_v<std::decay_t<F>, absl::AnyInvocable<void() &&>> &&
+           std::is_invocable_v<std::decay_t<F>> && internal::kFitsInline<std::decay_t<F>>)
+void Go(F&& fn) {
+  std::decay_t<F> f(std::forward<F>(fn));
+  internal::GoClosure(&internal::kClosureOps<std::decay_t<F>>, &f);
+}
 
 // Puts the calling goroutine at the back of its processor's run queue and runs
 // another one (Go's runtime.Gosched). Off a goroutine: sched_yield().
