@@ -600,8 +600,10 @@ void GfreePut(P* p, G* g) {
   }
 }
 
-// Runs g on the current M until it switches back to g0.
-void Execute(M* m, G* g, bool inherit) {
+// Makes g the goroutine running on m (before the switch to it): its slice,
+// its stack, its status, curg. The caller switches to g->ctx with in_switch
+// set.
+void PrepareToRun(M* m, G* g, bool inherit) {
   P* p = m->p;
   if (!inherit || p->slice_spent) {
     p->slice_spent = false;
@@ -620,6 +622,11 @@ void Execute(M* m, G* g, bool inherit) {
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
   tls_g = g;
+}
+
+// Runs g on the current M until it switches back to g0.
+void Execute(M* m, G* g, bool inherit) {
+  PrepareToRun(m, g, inherit);
   *m->eh = g->eh;  // the goroutine's exceptions in flight, on this thread
   arch::SwitchContext(&m->g0ctx, &g->ctx);
   g->eh = *m->eh;  // before anyone can run g elsewhere (FinishSwitchOnG0)
@@ -776,9 +783,21 @@ void* MStart(void* arg) {
   ScheduleOnG0(m);
 }
 
+// The first thing a goroutine does whenever it resumes, on whatever M: finish
+// the switch (queue a goroutine that yielded straight to this one).
+void OnResumeG() {
+  M* m = CurrentM();
+  if (G* prev = m->pending_yield) {
+    m->pending_yield = nullptr;
+    prev->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    RunqPut(m->p, prev, false);
+  }
+  m->in_switch.store(false, std::memory_order_relaxed);
+}
+
 void GoroutineMain(void* arg) {
   G* g = static_cast<G*>(arg);
-  CurrentM()->in_switch.store(false, std::memory_order_relaxed);
+  OnResumeG();
   // Born with preemption off (see NewProc), so that nothing could interrupt
   // the switch that started it; user code may be preempted from here on.
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -807,7 +826,32 @@ void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->request = req;
   m->in_switch.store(true, std::memory_order_relaxed);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
-  CurrentM()->in_switch.store(false, std::memory_order_relaxed);
+  OnResumeG();
+}
+
+// Yield's fast path: when this P has another goroutine ready and nothing
+// global needs looking at, switch to it directly instead of through g0 (one
+// context switch instead of two). Every 16th slice, and whenever the global
+// queue has work, Yield goes through g0, whose FindRunnable runs timers and
+// serves the global queue. Returns false if the slow path must be taken.
+bool TryYieldDirect(M* m, G* g1) {
+  P* p = m->p;
+  if (g1->locked_m != nullptr || sched.runq_size.load(std::memory_order_relaxed) > 0) return false;
+  if ((p->schedtick.load(std::memory_order_relaxed) + 1) % 16 == 0) return false;
+  bool inherit;
+  G* g2 = p->runq.Get(&inherit);
+  if (g2 == nullptr) return false;
+  if (g2->locked_m != nullptr) {  // must be handed to its own M: via g0
+    if (G* displaced = p->runq.PutNext(g2)) RunqPut(p, displaced, false);
+    return false;
+  }
+  PrepareToRun(m, g2, inherit);
+  m->pending_yield = g1;  // g2 queues g1 once g1's registers are saved
+  g1->eh = *m->eh;
+  *m->eh = g2->eh;
+  arch::SwitchContext(&g1->ctx, &g2->ctx);
+  OnResumeG();
+  return true;
 }
 
 }  // namespace
@@ -874,6 +918,7 @@ void YieldNow() {
     sched_yield();
     return;
   }
+  if (TryYieldDirect(m, m->curg)) return;
   SwitchToG0(m, m->curg, SwitchRequest::kYield);
 }
 

@@ -168,6 +168,10 @@ struct M {
   // LockOSThread: the goroutine wired to this M, and one handed to it to run.
   G* locked_g = nullptr;
   G* next_g = nullptr;
+  // A goroutine that yielded by switching straight to curg (YieldNow's fast
+  // path): curg queues it first thing when it resumes (OnResumeG), once its
+  // registers are saved.
+  G* pending_yield = nullptr;
   EhGlobals* eh = nullptr;  // this thread's exception state
   pthread_t thread{};
   pid_t tid = 0;
