@@ -70,7 +70,16 @@
 // * Switching through g0 costs a second context switch per park compared with
 //   switching from goroutine to goroutine directly, but it keeps scheduler
 //   frames off goroutine stacks (a parked goroutine costs one page of stack),
-//   and it makes every "finish after the switch" action trivially safe.
+//   and it makes every "finish after the switch" action trivially safe. The
+//   one exception is Yield's fast path (TryYieldDirect): with local work ready
+//   and nothing global due, it switches straight to the next goroutine, which
+//   queues the yielder when it resumes (OnResumeG). Every place a goroutine
+//   resumes therefore calls OnResumeG first.
+// * Slices of 4 ms or more are timed by sysmon's observation, shorter ones by
+//   a TSC stamp taken when the slice starts (see core/sysmon.cc).
+// * The C++ exception state (the caught-exception chain and
+//   uncaught_exceptions(), per thread in libstdc++) is swapped with each
+//   goroutine, so a goroutine parked in a catch block keeps its exception.
 // * Yield puts the goroutine at the tail of its own P's ring when the global
 //   queue is empty, and on the global queue (as Go's Gosched always does)
 //   otherwise: with nobody waiting globally there is nobody to be unfair to,
