@@ -1,0 +1,138 @@
+/*
+ * Call-free loops for the preemption tests, x86-64 SysV, ELF, GNU as.
+ *
+ * Written in assembly so that "this loop contains no call and no safe point"
+ * is a fact of the source, not a hope about the compiler. Every function is a
+ * leaf that touches no stack beyond what is listed, and spins until the byte
+ * at `stop` becomes non-zero, storing its iteration count at `counter` after
+ * every iteration so another thread can watch it make progress.
+ *
+ * C prototypes (tests/preempt_safety_test.cc, tests/lockosthread_test.cc):
+ *
+ *   uint64_t goro_test_spin_until(const volatile uint8_t* stop, uint64_t* counter);
+ *       Returns the number of iterations. Frame: none.
+ *
+ *   uint64_t goro_test_spin_until_excluded(const volatile uint8_t* stop, uint64_t* counter);
+ *       The same loop, in its own range [goro_test_spin_until_excluded,
+ *       goro_test_spin_until_excluded_end) so a test can hand exactly this
+ *       function to goro::ExcludeFromPreemption.
+ *
+ *   uint64_t goro_test_spin_with_df(const volatile uint8_t* stop, uint64_t* counter);
+ *       Sets DF (std) and checks, every iteration, that it is still set.
+ *       Returns how many iterations found it clear (0 when flags survive).
+ *       Clears DF before returning, as the ABI requires.
+ *       Frame: 8 bytes at -8(%rsp) for pushfq/popq, briefly.
+ *
+ *   uint64_t goro_test_spin_red_zone(const volatile uint8_t* stop, uint64_t* counter);
+ *       Keeps 16 known quadwords in the 128-byte red zone below %rsp for the
+ *       whole loop; every iteration checks all 16 and writes the next set.
+ *       Returns how many quadwords did not hold what was written.
+ *       Frame: -128(%rsp) .. -1(%rsp), the red zone:
+ *         -128 + 8*i (i = 0..15): kRedZoneBase + 16*k + i in iteration k
+ */
+        .text
+
+/* rdi = stop, rsi = counter; rax = iterations */
+        .globl  goro_test_spin_until
+        .type   goro_test_spin_until, @function
+        .align  16
+goro_test_spin_until:
+        .cfi_startproc
+        xorl    %eax, %eax                   /* iterations = 0 */
+1:      incq    %rax                         /* one more iteration */
+        movq    %rax, (%rsi)                 /* publish it */
+        cmpb    $0, (%rdi)                   /* stop requested? */
+        je      1b                           /* no: go on */
+        ret                                  /* iterations in rax */
+        .cfi_endproc
+        .size   goro_test_spin_until, .-goro_test_spin_until
+
+/* The same loop again, bracketed by its end label. */
+        .globl  goro_test_spin_until_excluded
+        .type   goro_test_spin_until_excluded, @function
+        .align  16
+goro_test_spin_until_excluded:
+        .cfi_startproc
+        xorl    %eax, %eax                   /* iterations = 0 */
+1:      incq    %rax                         /* one more iteration */
+        movq    %rax, (%rsi)                 /* publish it */
+        cmpb    $0, (%rdi)                   /* stop requested? */
+        je      1b                           /* no: go on */
+        ret                                  /* iterations in rax */
+        .cfi_endproc
+        .size   goro_test_spin_until_excluded, .-goro_test_spin_until_excluded
+        .globl  goro_test_spin_until_excluded_end
+goro_test_spin_until_excluded_end:           /* first byte after the function */
+        nop
+
+/* rdi = stop, rsi = counter; rax = iterations, rdx = DF found clear, rcx scratch */
+        .globl  goro_test_spin_with_df
+        .type   goro_test_spin_with_df, @function
+        .align  16
+goro_test_spin_with_df:
+        .cfi_startproc
+        xorl    %eax, %eax                   /* iterations = 0 */
+        xorl    %edx, %edx                   /* DF found clear = 0 */
+        std                                  /* DF = 1 for the whole loop */
+1:      incq    %rax                         /* one more iteration */
+        movq    %rax, (%rsi)                 /* publish it */
+        pushfq                               /* flags ... */
+        .cfi_adjust_cfa_offset 8
+        popq    %rcx                         /* ... into rcx */
+        .cfi_adjust_cfa_offset -8
+        btq     $10, %rcx                    /* CF = DF (bit 10 of rflags) */
+        jc      2f                           /* still set: fine */
+        incq    %rdx                         /* lost: count it ... */
+        std                                  /* ... and set it again */
+2:      cmpb    $0, (%rdi)                   /* stop requested? */
+        je      1b                           /* no: go on */
+        cld                                  /* the ABI wants DF clear on return */
+        movq    %rdx, %rax                   /* return the losses */
+        ret
+        .cfi_endproc
+        .size   goro_test_spin_with_df, .-goro_test_spin_with_df
+
+/* rdi = stop, rsi = counter; rax = k (iterations), rdx = mismatches,
+   rcx = quadword index, r8 = expected/next value, r9 = kRedZoneBase */
+        .globl  goro_test_spin_red_zone
+        .type   goro_test_spin_red_zone, @function
+        .align  16
+goro_test_spin_red_zone:
+        .cfi_startproc
+        xorl    %eax, %eax                   /* k = 0 */
+        xorl    %edx, %edx                   /* mismatches = 0 */
+        movabsq $0x5ed20e0000000000, %r9     /* kRedZoneBase */
+        movq    %r9, %r8                     /* values of iteration 0 */
+        xorl    %ecx, %ecx                   /* i = 0 */
+1:      movq    %r8, -128(%rsp,%rcx,8)       /* red zone[i] = base + i */
+        incq    %r8
+        incq    %rcx
+        cmpq    $16, %rcx
+        jne     1b
+2:      movq    %rax, %r8                    /* expected: base + 16*k + i */
+        shlq    $4, %r8
+        addq    %r9, %r8
+        xorl    %ecx, %ecx                   /* i = 0 */
+3:      cmpq    %r8, -128(%rsp,%rcx,8)       /* still what we wrote? */
+        je      4f
+        incq    %rdx                         /* no: count it */
+4:      incq    %r8
+        incq    %rcx
+        cmpq    $16, %rcx
+        jne     3b
+        xorl    %ecx, %ecx                   /* r8 = base + 16*(k+1): write iteration k+1 */
+5:      movq    %r8, -128(%rsp,%rcx,8)
+        incq    %r8
+        incq    %rcx
+        cmpq    $16, %rcx
+        jne     5b
+        incq    %rax                         /* k++ */
+        movq    %rax, (%rsi)                 /* publish it */
+        cmpb    $0, (%rdi)                   /* stop requested? */
+        je      2b                           /* no: check and go on */
+        movq    %rdx, %rax                   /* return the mismatches */
+        ret
+        .cfi_endproc
+        .size   goro_test_spin_red_zone, .-goro_test_spin_red_zone
+
+        .section .note.GNU-stack,"",%progbits
