@@ -222,6 +222,8 @@ const char* WaitReasonString(WaitReason r) {
     case WaitReason::kCondVarWait: return "sync.Cond.Wait";
     case WaitReason::kSemacquire: return "semacquire";
     case WaitReason::kRunWait: return "goro.Run";
+    case WaitReason::kIORead: return "IO wait (read)";
+    case WaitReason::kIOWrite: return "IO wait (write)";
   }
   return "?";
 }
@@ -422,6 +424,7 @@ void CheckDeadLocked() {
     if (!p->runq.Empty()) return;
   }
   if (EarliestTimer() != 0) return;
+  if (sched.netpoll_waiters.load() > 0) return;  // I/O may yet wake someone
   Fatal("all goroutines are asleep - deadlock!");
 }
 
@@ -486,6 +489,14 @@ G* FindRunnable(M* m, bool* inherit) {
       absl::MutexLock lock(&sched.mu);
       if (G* g = GlobrunqGetLocked(p, 0)) return g;
     }
+    // Ready I/O, without blocking, if nobody is blocked polling already.
+    if (sched.netpoll_waiters.load(std::memory_order_relaxed) > 0 &&
+        sched.last_poll.load(std::memory_order_relaxed) != 0) {
+      if (G* list = Netpoll(0)) {
+        InjectGList(list);
+        continue;
+      }
+    }
 
     int32_t busy = sched.nprocs - sched.npidle.load(std::memory_order_relaxed);
     if (m->spinning || 2 * sched.nmspinning.load(std::memory_order_relaxed) < busy) {
@@ -525,14 +536,17 @@ G* FindRunnable(M* m, bool* inherit) {
       }
     }
 
-    // Sleep until the earliest timer if nobody else does, else until handed a P.
+    // Sleep until the earliest timer, or until I/O is ready, if nobody else
+    // does (the "timer sleeper"); else until handed a P.
     int64_t next = EarliestTimer();
+    bool poll = NetpollInited() && sched.netpoll_waiters.load() > 0;
     bool timer_sleep = false;
-    if (next != 0) {
+    if (next != 0 || poll) {
       absl::MutexLock lock(&sched.mu);
       if (sched.timer_sleeper == nullptr) {
         sched.timer_sleeper = m;
-        sched.poll_until.store(next);
+        sched.sleeper_polls = poll;
+        sched.poll_until.store(next != 0 ? next : INT64_MAX);
         timer_sleep = true;
       }
     }
@@ -540,16 +554,28 @@ G* FindRunnable(M* m, bool* inherit) {
       // A timer added after EarliestTimer but before poll_until was published
       // saw poll_until == 0 and only tried WakeP: look again.
       int64_t again = EarliestTimer();
-      if (again != 0 && again < next) next = again;
-      if (next > Nanotime()) m->park.SleepUntil(next);
+      if (again != 0 && (next == 0 || again < next)) next = again;
+      G* ready = nullptr;
+      int64_t now = Nanotime();
+      if (poll) {
+        ready = Netpoll(next == 0 ? -1 : std::max<int64_t>(next - now, 0));
+      } else if (next > now) {
+        m->park.SleepUntil(next);
+      }
       P* np;
       {
         absl::MutexLock lock(&sched.mu);
         sched.timer_sleeper = nullptr;
+        sched.sleeper_polls = false;
         sched.poll_until.store(0);
         m->park.Clear();  // a late WakeForTimer may have set it
+        while (G* g = ready) {
+          ready = g->sched_link;
+          GlobrunqPutLocked(g);
+        }
         np = PidleGetLocked();
       }
+      if (np == nullptr && sched.runq_size.load() > 0) WakeP();
       if (np != nullptr) {
         AcquireP(m, np);
         m->spinning = true;  // so that it runs every P's timers
@@ -685,6 +711,17 @@ G* FinishSwitchOnG0(M* m) {
       GlobrunqPutLocked(g);
       return nullptr;
     }
+    case SwitchRequest::kSyscallExit: {
+      // Back from a blocking region whose P was handed off, with no idle P
+      // to take: queue the goroutine globally; ScheduleOnG0 parks this M.
+      g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+      {
+        absl::MutexLock lock(&sched.mu);
+        GlobrunqPutLocked(g);
+      }
+      WakeP();
+      return nullptr;
+    }
     case SwitchRequest::kExit: {
       P* p = m->p;
       if (g->locked_m != nullptr) {
@@ -773,6 +810,8 @@ void StartLockedM(M* m, G* g) {
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
       inherit = true;
     } while (g != nullptr);
+    // Back from a blocking region that lost its P: wait to be handed one.
+    if (m->p == nullptr) StopM(m);
   }
 }
 
@@ -829,14 +868,6 @@ void GoroutineMain(void* arg) {
   Fatal("GoroutineMain: a dead goroutine was resumed");
 }
 
-// Switches from goroutine g to its M's g0 with a request. Returns when g is
-// resumed, possibly on another M.
-void SwitchToG0(M* m, G* g, SwitchRequest req) {
-  m->request = req;
-  m->in_switch.store(true, std::memory_order_relaxed);
-  arch::SwitchContext(&g->ctx, &m->g0ctx);
-  OnResumeG();
-}
 
 // Yield's fast path: when this P has another goroutine ready and nothing
 // global needs looking at, switch to it directly instead of through g0 (one
@@ -864,6 +895,24 @@ bool TryYieldDirect(M* m, G* g1) {
 }
 
 }  // namespace
+
+void SwitchToG0(M* m, G* g, SwitchRequest req) {
+  m->request = req;
+  m->in_switch.store(true, std::memory_order_relaxed);
+  arch::SwitchContext(&g->ctx, &m->g0ctx);
+  OnResumeG();
+}
+
+bool TryAcquireIdleP(M* m) {
+  P* p;
+  {
+    absl::MutexLock lock(&sched.mu);
+    p = PidleGetLocked();
+  }
+  if (p == nullptr) return false;
+  AcquireP(m, p);
+  return true;
+}
 
 void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
   M* m = CurrentM();
@@ -980,23 +1029,44 @@ void WakeForTimer(int64_t when) {
   if (until != 0) {
     if (when < until) {
       absl::MutexLock lock(&sched.mu);
-      if (sched.timer_sleeper != nullptr) sched.timer_sleeper->park.Wakeup();
+      if (sched.timer_sleeper != nullptr) {
+        if (sched.sleeper_polls) {
+          NetpollBreak();
+        } else {
+          sched.timer_sleeper->park.Wakeup();
+        }
+      }
     }
     return;
   }
   WakeP();
 }
 
-namespace {
+void InjectGList(G* list) {
+  if (list == nullptr) return;
+  M* m = CurrentM();
+  P* p = m != nullptr ? m->p : nullptr;
+  if (p != nullptr && m->curg == nullptr) {  // g0 with a P: our own queue
+    while (G* g = list) {
+      list = g->sched_link;
+      g->sched_link = nullptr;
+      RunqPut(p, g, false);
+    }
+  } else {
+    absl::MutexLock lock(&sched.mu);
+    while (G* g = list) {
+      list = g->sched_link;
+      g->sched_link = nullptr;
+      GlobrunqPutLocked(g);
+    }
+  }
+  WakeP();
+}
 
-// Writes errno through a fresh call: errno's address is thread-local and this
-// goroutine may have moved to another thread since errno was read.
 __attribute__((noinline)) void SetErrno(int v) {
   asm volatile("" ::: "memory");
   errno = v;
 }
-
-}  // namespace
 
 // Called by the trampoline (arch/preempt_*.S) on the goroutine's stack, with
 // every register saved and preempt_off raised by the signal handler.

@@ -49,6 +49,9 @@ enum class GStatus : uint32_t {
   kWaiting,
   // Returned from its function; being recycled by g0.
   kDead,
+  // In a marked blocking region (goro::Syscall): running on its M, which may
+  // have lost its P to sysmon meanwhile; on no run queue.
+  kSyscall,
 };
 
 // Why a goroutine is waiting; printed by dumps.
@@ -66,6 +69,8 @@ enum class WaitReason : uint8_t {
   kCondVarWait,
   kSemacquire,
   kRunWait,
+  kIORead,
+  kIOWrite,
 };
 const char* WaitReasonString(WaitReason r);
 
@@ -140,7 +145,9 @@ static_assert(offsetof(G, closure) == 64, "G's closure should start the second l
 
 // What a goroutine asks g0 to do when it switches to it.
 // kPreempt: like kYield, but to the global run queue (a spent time slice).
-enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kPreempt, kExit };
+// kSyscallExit: back from a blocking region with no P to run on: to the
+// global run queue, and the M goes idle.
+enum class SwitchRequest : uint8_t { kNone, kPark, kYield, kPreempt, kExit, kSyscallExit };
 
 struct M {
   arch::Context g0ctx;  // the scheduler context on the thread's own stack
@@ -185,7 +192,14 @@ inline constexpr int kGoidBatch = 16;
 struct P {
   int32_t id = 0;
   // kIdle: on sched.pidle, no M. kRunning: owned by p->m.
-  enum class Status : uint8_t { kIdle, kRunning } status = Status::kIdle;
+  // kSyscall: p->m is in a marked blocking region; sysmon may take the P by
+  // CASing kSyscall -> kIdle, and the M takes it back by CASing kSyscall ->
+  // kRunning. Written by the owner (and sysmon's CAS); read racily by sysmon.
+  enum class Status : uint8_t { kIdle, kRunning, kSyscall };
+  std::atomic<Status> status{Status::kIdle};
+  // Incremented by the owner each time it enters a blocking region; sysmon
+  // hands the P off only after seeing the same region twice.
+  std::atomic<uint32_t> syscalltick{0};
   std::atomic<M*> m{nullptr};  // written by the owner; read racily by sysmon
   P* link = nullptr;           // idle list, guarded by sched.mu
   // Incremented (by the owner) when a G starts a new time slice, after
@@ -245,7 +259,8 @@ struct Sched {
   std::atomic<int32_t> nmspinning{0};
   // The M sleeping until the next timer (not on midle), and when it wakes.
   M* timer_sleeper ABSL_GUARDED_BY(mu) = nullptr;
-  std::atomic<int64_t> poll_until{0};
+  bool sleeper_polls ABSL_GUARDED_BY(mu) = false;  // it waits in epoll, not on its note
+  std::atomic<int64_t> poll_until{0};  // when it wakes; INT64_MAX: only for I/O
   // Threads blocked in Run() waiting for their goroutine; deadlock is
   // reported only while this is positive.
   int run_waiters ABSL_GUARDED_BY(mu) = 0;
@@ -273,6 +288,10 @@ struct Sched {
   std::atomic<uint64_t> handoffs{0};
   // Ms asleep while wired to a blocked goroutine (LockOSThread).
   int nmlocked ABSL_GUARDED_BY(mu) = 0;
+  // The network poller (core/netpoll.cc). Goroutines parked on I/O count as
+  // something that can wake, like timers.
+  std::atomic<int32_t> netpoll_waiters{0};
+  std::atomic<int64_t> last_poll{0};  // Nanotime of the last netpoll; 0: an M is blocked in it
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
@@ -403,6 +422,30 @@ int64_t RunTimers(P* p, int64_t now, int* fired = nullptr);
 int64_t EarliestTimer();
 // Tells the scheduler a timer at `when` was added (wakes a sleeping M if needed).
 void WakeForTimer(int64_t when);
+
+// Switches from goroutine g to its M's g0 with a request; returns when g is
+// resumed, possibly on another M.
+void SwitchToG0(M* m, G* g, SwitchRequest req);
+// Takes an idle P for m if there is one.
+bool TryAcquireIdleP(M* m);
+// Writes errno through a fresh call: errno's address is per thread, and a
+// goroutine may have moved since a function computed it.
+void SetErrno(int v);
+
+// Blocking regions (core/syscall.cc).
+void EnterSyscall();
+void ExitSyscall();
+
+// The network poller (core/netpoll.cc). NetpollReady collects the goroutines
+// whose I/O became ready, waiting up to `timeout_ns` (0: not at all, <0:
+// forever) for some, into a list linked through G::sched_link.
+bool NetpollInited();
+G* Netpoll(int64_t timeout_ns);
+// Interrupts an M blocked in Netpoll.
+void NetpollBreak();
+// Makes the goroutines of a Netpoll list runnable: onto the current P's run
+// queue if the M has one, else the global queue; wakes Ps as needed.
+void InjectGList(G* list);
 
 // Stacks (core/stack.cc).
 Stack StackAlloc(P* p);

@@ -60,7 +60,12 @@ void CalibrateTsc() {
 struct PState {
   uint32_t tick = 0;
   uint64_t start_tsc = 0;
+  uint32_t syscalltick = 0;
+  int64_t syscall_since = 0;  // when sysmon first saw this blocking region
 };
+
+constexpr int64_t kSyscallIdleHandoffNs = 10 * 1000 * 1000;
+constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
 constexpr int64_t kScavengePeriodNs = 100 * 1000 * 1000;
 
@@ -97,13 +102,43 @@ void* SysmonMain(void*) {
       sched.sysmon_note.Clear();
     }
 
-    sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
+    int64_t now = Nanotime();
+    sched.coarse_now.store(now, std::memory_order_relaxed);
+    // Nobody has polled the network for a while (every P busy): do it.
+    if (NetpollInited()) {
+      int64_t last = sched.last_poll.load(std::memory_order_relaxed);
+      if (last != 0 && now - last > kNetpollEveryNs) InjectGList(Netpoll(0));
+    }
     uint64_t now_tsc = arch::ReadTsc();
     bool asked = false;
     int64_t until_expiry = max_sleep;
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = sched.allp[i];
-      if (p->m.load(std::memory_order_relaxed) == nullptr) continue;
+      P::Status st = p->status.load(std::memory_order_acquire);
+      if (st == P::Status::kSyscall) {
+        // Retake a P whose M blocks in a marked region: at the second look
+        // at the same region if goroutines wait to run, else after 10 ms.
+        uint32_t sc = p->syscalltick.load(std::memory_order_relaxed);
+        bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0;
+        if (sc != ps[i].syscalltick) {
+          ps[i].syscalltick = sc;
+          ps[i].syscall_since = now;
+          until_expiry = std::min(until_expiry, work ? kSysmonRecheckNs : kSyscallIdleHandoffNs);
+          continue;
+        }
+        if (!work && now - ps[i].syscall_since < kSyscallIdleHandoffNs) {
+          until_expiry = std::min(until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now);
+          continue;
+        }
+        P::Status want = P::Status::kSyscall;
+        if (p->status.compare_exchange_strong(want, P::Status::kIdle, std::memory_order_acq_rel)) {
+          sched.handoffs.fetch_add(1, std::memory_order_relaxed);
+          p->m.store(nullptr, std::memory_order_relaxed);
+          HandoffP(p);
+        }
+        continue;
+      }
+      if (st != P::Status::kRunning || p->m.load(std::memory_order_relaxed) == nullptr) continue;
       uint32_t tick = p->schedtick.load(std::memory_order_acquire);
       if (tick != ps[i].tick) {
         ps[i].tick = tick;
@@ -145,7 +180,14 @@ bool PreemptOne(P* p, uint32_t tick) {
   // running; Execute clears it, and the handler finds no request on the new one.)
   if (p->schedtick.load(std::memory_order_acquire) != tick) return false;
   g->stackguard0.store(kStackPreempt, std::memory_order_release);
-  if (sched.async_preemption && !m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
+  if (sched.async_preemption && !m->signal_pending.exchange(true, std::memory_order_seq_cst)) {
+    // Never signal an M entering a blocking region: EnterSyscall publishes
+    // kSyscall and then waits out signal_pending; we publish signal_pending
+    // and then look at the status. One of us sees the other.
+    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning) {
+      m->signal_pending.store(false, std::memory_order_release);
+      return true;
+    }
     if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {
       sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
     } else {

@@ -3,9 +3,11 @@
 #define GORO_GORO_H_
 
 #include "goro/chan.h"
+#include "goro/io.h"
 #include "goro/preempt.h"
 #include "goro/runtime.h"
 #include "goro/sync.h"
+#include "goro/syscall.h"
 #include "goro/timer.h"
 
 #endif  // GORO_GORO_H_

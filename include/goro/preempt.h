@@ -30,8 +30,9 @@ void LockOSThread();
 void UnlockOSThread();
 
 // While an object of this type lives on a goroutine, the goroutine is not
-// interrupted by a signal; a preemption request waits until the scope ends
-// (cooperative preemption at goro calls still happens). Keep such scopes short.
+// preempted at all: not by a signal, and not at goro calls or Checkpoint()
+// either. A preemption request waits and is honoured when the scope ends.
+// Keep such scopes short.
 class NoPreemptScope {
  public:
   NoPreemptScope();

@@ -1,0 +1,258 @@
+// goro::io (include/goro/io.h): I/O that parks the goroutine, not the thread.
+//
+// Each operation tries the system call first (the fd is non-blocking); on
+// EAGAIN it waits on the fd's PollDesc (core/netpoll.h) until the poller
+// reports readiness, io::Close wakes it, or its deadline timer fires, and
+// tries again. Regular files, which epoll refuses, are read and written in a
+// marked blocking region instead.
+#include "goro/io.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "core/netpoll.h"
+#include "core/runtime.h"
+#include "goro/syscall.h"
+
+namespace goro::internal {
+
+namespace {
+
+enum class Mode { kRead, kWrite };
+
+int64_t DeadlineNanos(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return 0;
+  absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return -1;  // already passed
+  if (left > absl::Hours(24 * 365)) return 0;
+  return Nanotime() + absl::ToInt64Nanoseconds(left);
+}
+
+absl::Status ErrnoStatus(int err, absl::string_view op, int fd) {
+  std::string what = absl::StrCat(op, " on fd ", fd);
+  switch (err) {
+    case EBADF:
+      return absl::FailedPreconditionError(absl::StrCat(what, ": not an open file descriptor"));
+    case EPIPE:
+    case ECONNRESET:
+      return absl::UnavailableError(absl::StrCat(what, ": connection reset or closed by peer"));
+    default:
+      return absl::ErrnoToStatus(err, what);
+  }
+}
+
+struct IoWait {
+  PollDesc* pd;
+  std::atomic<G*>* slot;
+  G* g;
+  Timer timer;
+  bool timed_out = false;
+};
+
+void IoDeadline(Timer* t) {
+  auto* w = static_cast<IoWait*>(t->arg);
+  G* expected = w->g;
+  if (w->slot->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) {
+    w->timed_out = true;
+    Ready(w->g);
+  }
+}
+
+bool CommitIoWait(G*, void* arg) {
+  auto* w = static_cast<IoWait*>(arg);
+  // Lock order: the PollDesc lock, then a timer lock (the timer callback
+  // takes no PollDesc lock). Added before unlocking, so the waiter cannot
+  // resume before its timer exists.
+  if (w->timer.f != nullptr) AddTimer(&w->timer);
+  w->pd->lock.Unlock();
+  return true;
+}
+
+// Waits until fd may be ready for `mode`. Consumes a latched readiness.
+absl::Status WaitIO(PollDesc* pd, int fd, Mode mode, int64_t deadline_ns, bool consume = true) {
+  if (deadline_ns < 0) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  pd->lock.Lock();
+  if (pd->closing) {
+    pd->lock.Unlock();
+    return absl::CancelledError(absl::StrCat("fd ", fd, " was closed"));
+  }
+  bool& ready = mode == Mode::kRead ? pd->rready : pd->wready;
+  if (ready) {
+    if (consume) ready = false;
+    pd->lock.Unlock();
+    return absl::OkStatus();
+  }
+  if (deadline_ns != 0 && Nanotime() >= deadline_ns) {
+    pd->lock.Unlock();
+    return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  }
+  std::atomic<G*>& slot = mode == Mode::kRead ? pd->rg : pd->wg;
+  if (slot.load(std::memory_order_relaxed) != nullptr) {
+    pd->lock.Unlock();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fd ", fd, ": another goroutine is already waiting to ", mode == Mode::kRead ? "read" : "write"));
+  }
+  IoWait w{pd, &slot, CurrentG(), {}};
+  if (deadline_ns != 0) {
+    w.timer.when = deadline_ns;
+    w.timer.f = IoDeadline;
+    w.timer.arg = &w;
+  }
+  slot.store(w.g, std::memory_order_release);
+  sched.netpoll_waiters.fetch_add(1);
+  Park(mode == Mode::kRead ? WaitReason::kIORead : WaitReason::kIOWrite, CommitIoWait, &w);
+  sched.netpoll_waiters.fetch_sub(1);
+  // Afterwards the deadline callback is neither running nor pending: `w` may go.
+  if (w.timer.f != nullptr) DelTimer(&w.timer);
+  if (w.timed_out) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  pd->lock.Lock();
+  bool closing = pd->closing;
+  if (!closing && consume) ready = false;
+  pd->lock.Unlock();
+  if (closing) return absl::CancelledError(absl::StrCat("fd ", fd, " was closed"));
+  return absl::OkStatus();
+}
+
+// Looks up and registers fd; sets *pd, or returns why not.
+absl::Status Prepare(int fd, PollDesc** pd, bool* pollable) {
+  EnsureStarted(Options{});
+  *pd = PollDescFor(fd);
+  if (*pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
+  switch ((*pd)->Register(fd)) {
+    case PollDesc::Registration::kPolled:
+      *pollable = true;
+      return absl::OkStatus();
+    case PollDesc::Registration::kNotPollable:
+      *pollable = false;
+      return absl::OkStatus();
+    default:
+      return ErrnoStatus(EBADF, "register", fd);
+  }
+}
+
+}  // namespace
+
+}  // namespace goro::internal
+
+namespace goro::io {
+
+using internal::Mode;
+
+absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (!pollable) {
+    ssize_t r = Syscall([&] { return ::read(fd, buf, n); });
+    if (r < 0) return internal::ErrnoStatus(errno, "read", fd);
+    return static_cast<size_t>(r);
+  }
+  int64_t dl = internal::DeadlineNanos(deadline);
+  for (;;) {
+    ssize_t r = ::read(fd, buf, n);
+    if (r >= 0) return static_cast<size_t>(r);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return internal::ErrnoStatus(errno, "read", fd);
+    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kRead, dl); !s.ok()) return s;
+  }
+}
+
+absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  const char* p = static_cast<const char*>(buf);
+  size_t done = 0;
+  int64_t dl = internal::DeadlineNanos(deadline);
+  while (done < n) {
+    ssize_t r;
+    if (pollable) {
+      r = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
+      if (r < 0 && errno == ENOTSOCK) r = ::write(fd, p + done, n - done);
+    } else {
+      r = Syscall([&] { return ::write(fd, p + done, n - done); });
+    }
+    if (r >= 0) {
+      done += static_cast<size_t>(r);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || !pollable) return internal::ErrnoStatus(errno, "write", fd);
+    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kWrite, dl); !s.ok()) return s;
+  }
+  return done;
+}
+
+absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(listen_fd, &pd, &pollable); !s.ok()) return s;
+  int64_t dl = internal::DeadlineNanos(deadline);
+  for (;;) {
+    int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) return c;
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
+    if (absl::Status s = internal::WaitIO(pd, listen_fd, Mode::kRead, dl); !s.ok()) return s;
+  }
+}
+
+absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  int r;
+  do {
+    r = ::connect(fd, addr, len);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return absl::OkStatus();
+  if (errno != EINPROGRESS && errno != EAGAIN) return internal::ErrnoStatus(errno, "connect", fd);
+  if (absl::Status s = internal::WaitIO(pd, fd, Mode::kWrite, internal::DeadlineNanos(deadline)); !s.ok()) {
+    return s;
+  }
+  int err = 0;
+  socklen_t elen = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+  if (err != 0) return internal::ErrnoStatus(err, "connect", fd);
+  return absl::OkStatus();
+}
+
+absl::Status WaitReadable(int fd, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (!pollable) return absl::OkStatus();  // regular files are always ready
+  return internal::WaitIO(pd, fd, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
+}
+
+absl::Status WaitWritable(int fd, absl::Time deadline) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd;
+  bool pollable;
+  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (!pollable) return absl::OkStatus();
+  return internal::WaitIO(pd, fd, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
+}
+
+absl::Status Close(int fd) {
+  internal::RuntimeScope scope;
+  internal::PollDesc* pd = internal::PollDescFor(fd);
+  if (pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
+  pd->lock.Lock();
+  internal::G* waiters = pd->CloseLocked(fd);
+  pd->lock.Unlock();
+  internal::InjectGList(waiters);
+  if (::close(fd) != 0) return internal::ErrnoStatus(errno, "close", fd);
+  return absl::OkStatus();
+}
+
+}  // namespace goro::io

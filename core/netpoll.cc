@@ -1,0 +1,204 @@
+// The network poller: one edge-triggered epoll instance for the process.
+//
+// Each file descriptor used through goro::io gets a PollDesc, registered with
+// epoll for input and output (EPOLLET) on first use. A goroutine that finds
+// the fd not ready parks on the PollDesc (one reader and one writer at a time,
+// like Go's fdMutex-serialised netFD); an epoll event marks the fd ready and
+// readies the parked goroutine. Because events are edge-triggered the
+// readiness is latched in the PollDesc until the next operation consumes it.
+//
+// Who calls epoll_wait:
+//   - FindRunnable, without blocking, when its queues are empty;
+//   - the M that sleeps until the earliest timer (core/proc.cc) blocks in it
+//     instead of on its futex whenever goroutines wait on I/O, with the
+//     timer as the timeout; NetpollBreak (an eventfd) interrupts it when an
+//     earlier timer is added;
+//   - sysmon, if nobody has polled for 10 ms.
+// sched.last_poll is 0 while an M is blocked in epoll_wait, else the time of
+// the last poll.
+//
+// PollDesc objects are never freed: they are indexed by fd number in a
+// two-level table whose chunks are allocated on demand and published with a
+// CAS, so lookups take no lock. io::Close marks a PollDesc closing, wakes its
+// waiters and deregisters the fd; reopening the same number starts afresh.
+#include "core/netpoll.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/fatal.h"
+
+namespace goro::internal {
+
+namespace {
+
+constexpr int kChunkBits = 10;
+constexpr int kChunkSize = 1 << kChunkBits;
+constexpr int kMaxChunks = 4096;  // fds up to 4M
+
+std::atomic<PollDesc*> chunks[kMaxChunks];
+
+int epfd = -1;
+int breakfd = -1;
+std::atomic<bool> inited{false};
+std::atomic<bool> break_pending{false};
+absl::Mutex init_mu(absl::kConstInit);
+
+// The epoll_event data for the break eventfd (not a PollDesc).
+char break_token;
+
+void InitLocked() {
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) Fatal(absl::StrCat("netpoll: epoll_create1 failed: errno ", errno));
+  breakfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (breakfd < 0) Fatal(absl::StrCat("netpoll: eventfd failed: errno ", errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &break_token;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, breakfd, &ev) != 0) Fatal("netpoll: cannot watch its eventfd");
+  sched.last_poll.store(Nanotime(), std::memory_order_relaxed);
+  inited.store(true, std::memory_order_release);
+}
+
+void EnsureInit() {
+  if (inited.load(std::memory_order_acquire)) return;
+  absl::MutexLock lock(&init_mu);
+  if (!inited.load(std::memory_order_relaxed)) InitLocked();
+}
+
+}  // namespace
+
+void TakeWaiter(std::atomic<G*>& slot, G** list) {
+  G* g = slot.exchange(nullptr, std::memory_order_acq_rel);
+  if (g == nullptr) return;
+  if (g->external) {
+    Ready(g);  // a plain thread: wake it now; it never goes on a run queue
+    return;
+  }
+  GStatus want = GStatus::kWaiting;
+  if (!g->status.compare_exchange_strong(want, GStatus::kRunnable, std::memory_order_acq_rel)) {
+    Fatal(absl::StrCat("netpoll: goroutine ", g->id, " is not waiting"));
+  }
+  g->sched_link = *list;
+  *list = g;
+}
+
+bool NetpollInited() { return inited.load(std::memory_order_acquire); }
+
+PollDesc* PollDescFor(int fd) {
+  if (fd < 0 || fd >= kChunkSize * kMaxChunks) return nullptr;
+  EnsureInit();
+  std::atomic<PollDesc*>& slot = chunks[fd >> kChunkBits];
+  PollDesc* chunk = slot.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    auto* fresh = new PollDesc[kChunkSize];
+    if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
+      chunk = fresh;
+    } else {
+      delete[] fresh;  // someone else published one first
+    }
+  }
+  return &chunk[fd & (kChunkSize - 1)];
+}
+
+PollDesc::Registration PollDesc::Register(int fd) {
+  lock.Lock();
+  if (state != Registration::kUnknown) {
+    Registration r = state;
+    lock.Unlock();
+    return r;
+  }
+  closing = false;
+  rready = wready = false;
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0) {
+    lock.Unlock();
+    return Registration::kBadFd;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = this;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+    if ((flags & O_NONBLOCK) == 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    state = Registration::kPolled;
+  } else if (errno == EPERM) {
+    state = Registration::kNotPollable;  // a regular file or a directory
+  } else if (errno == EEXIST) {
+    state = Registration::kPolled;  // registered before (e.g. dup'ed number)
+  } else {
+    lock.Unlock();
+    return Registration::kBadFd;
+  }
+  Registration r = state;
+  lock.Unlock();
+  return r;
+}
+
+G* PollDesc::CloseLocked(int fd) {
+  G* list = nullptr;
+  closing = true;
+  TakeWaiter(rg, &list);
+  TakeWaiter(wg, &list);
+  if (state == Registration::kPolled) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  state = Registration::kUnknown;
+  return list;
+}
+
+G* Netpoll(int64_t timeout_ns) {
+  if (!NetpollInited()) return nullptr;
+  int timeout_ms;
+  if (timeout_ns < 0) {
+    timeout_ms = -1;
+  } else if (timeout_ns == 0) {
+    timeout_ms = 0;
+  } else {
+    timeout_ms = static_cast<int>(std::min<int64_t>((timeout_ns + 999999) / 1000000, 1 << 30));
+  }
+  if (timeout_ms != 0) sched.last_poll.store(0, std::memory_order_relaxed);
+  epoll_event events[128];
+  int n;
+  do {
+    n = epoll_wait(epfd, events, 128, timeout_ms);
+  } while (n < 0 && errno == EINTR && timeout_ms == 0);
+  sched.last_poll.store(Nanotime(), std::memory_order_relaxed);
+  G* list = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.ptr == &break_token) {
+      uint64_t v;
+      while (read(breakfd, &v, sizeof v) > 0) {
+      }
+      break_pending.store(false, std::memory_order_release);
+      continue;
+    }
+    auto* pd = static_cast<PollDesc*>(events[i].data.ptr);
+    uint32_t ev = events[i].events;
+    pd->lock.Lock();
+    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      pd->rready = true;
+      TakeWaiter(pd->rg, &list);
+    }
+    if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
+      pd->wready = true;
+      TakeWaiter(pd->wg, &list);
+    }
+    pd->lock.Unlock();
+  }
+  return list;
+}
+
+void NetpollBreak() {
+  if (!NetpollInited()) return;
+  bool expected = false;
+  if (!break_pending.compare_exchange_strong(expected, true)) return;  // one is enough
+  uint64_t one = 1;
+  while (write(breakfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace goro::internal

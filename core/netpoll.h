@@ -1,0 +1,43 @@
+// The network poller's per-fd state (core/netpoll.cc, core/io.cc).
+#ifndef GORO_CORE_NETPOLL_H_
+#define GORO_CORE_NETPOLL_H_
+
+#include "core/lock.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+struct PollDesc {
+  enum class Registration : uint8_t { kUnknown, kPolled, kNotPollable, kBadFd };
+
+  // Adds fd to epoll (and makes it non-blocking) if not done yet; says how
+  // the fd is to be waited on.
+  Registration Register(int fd);
+  // With `lock` held: marks the fd closing, deregisters it and returns its
+  // waiters (made runnable) as a list through G::sched_link.
+  G* CloseLocked(int fd);
+
+  SpinLock lock;
+  // Everything below is guarded by lock.
+  Registration state = Registration::kUnknown;
+  bool closing = false;  // io::Close was called: waiters get CancelledError
+  bool rready = false;   // readiness latched from an edge-triggered event
+  bool wready = false;
+  // The goroutine waiting to read / write, if any. Set under lock by the
+  // waiter; claimed with an exchange (or CAS) by whoever wakes it - the poller,
+  // io::Close, or the waiter's deadline timer, which may not take the lock
+  // (it runs under a timer lock) - so exactly one of them readies it.
+  std::atomic<G*> rg{nullptr};
+  std::atomic<G*> wg{nullptr};
+};
+
+// Makes a claimed waiter runnable: onto `list` (through G::sched_link), or
+// for a plain thread's stand-in, wakes the thread at once.
+void TakeWaiter(std::atomic<G*>& slot, G** list);
+
+// The PollDesc of fd (never freed), or nullptr for an impossible fd number.
+PollDesc* PollDescFor(int fd);
+
+}  // namespace goro::internal
+
+#endif  // GORO_CORE_NETPOLL_H_

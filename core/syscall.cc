@@ -1,0 +1,69 @@
+// Marked blocking regions (include/goro/syscall.h), after Go's entersyscall /
+// exitsyscall.
+//
+// Entering: the goroutine keeps its M and the M keeps its P, but the P's
+// status becomes kSyscall. From then on sysmon may take the P (CAS kSyscall ->
+// kIdle) and hand it to another M: on its second look at the same region
+// (one sysmon tick) if goroutines are waiting to run, or after 10 ms. Sysmon
+// never signals an M whose P is in kSyscall, and the goroutine's preempt_off
+// is raised, so the call sees no EINTR from the runtime.
+//
+// Leaving: CAS kSyscall -> kRunning takes the P back if sysmon did not take
+// it (the common case: no system call beyond the user's own). Otherwise the
+// M grabs an idle P if there is one; failing that the goroutine goes to the
+// global run queue through g0 and the M joins the idle pool.
+#include <cerrno>
+
+#include "core/fatal.h"
+#include "core/runtime.h"
+#include "goro/syscall.h"
+
+namespace goro::internal {
+
+void EnterSyscall() {
+  G* g = CurrentGoroutine();
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  M* m = CurrentM();  // preemption is off: it cannot change now
+  P* p = m->p;
+  g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
+  p->syscalltick.store(p->syscalltick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  p->status.store(P::Status::kSyscall, std::memory_order_seq_cst);
+  // A preemption signal sysmon decided to send before it saw kSyscall must
+  // arrive now, not during the call (see PreemptOne).
+  while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
+  // Work is waiting for this P: make sure sysmon looks soon.
+  if (!p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0) WakeSysmon();
+}
+
+void ExitSyscall() {
+  int saved_errno = errno;
+  G* g = CurrentGoroutine();
+  M* m = CurrentM();
+  P* p = m->p;
+  P::Status want = P::Status::kSyscall;
+  if (!p->status.compare_exchange_strong(want, P::Status::kRunning, std::memory_order_acq_rel)) {
+    // Sysmon handed our P to another M: take an idle one, or wait in the
+    // global queue while this M goes idle (ScheduleOnG0).
+    m->p = nullptr;
+    if (!TryAcquireIdleP(m)) SwitchToG0(m, g, SwitchRequest::kSyscallExit);
+  }
+  g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  SetErrno(saved_errno);  // perhaps another thread's errno now
+}
+
+}  // namespace goro::internal
+
+namespace goro {
+
+SyscallScope::SyscallScope() : active_(internal::CurrentGoroutine() != nullptr) {
+  if (active_) internal::EnterSyscall();
+}
+
+SyscallScope::~SyscallScope() {
+  if (active_) internal::ExitSyscall();
+}
+
+}  // namespace goro

@@ -1,0 +1,53 @@
+// goro/io.h: blocking-style I/O on sockets, pipes and eventfds that parks the
+// goroutine instead of its thread (Go's network poller).
+//
+// Every call blocks only the calling goroutine until the operation can make
+// progress or `deadline` passes. The file descriptor is registered with the
+// runtime's epoll instance (edge-triggered) on first use and set to
+// O_NONBLOCK; after that, use goro::io::Close to close it, so that goroutines
+// blocked on it wake up with an error instead of waiting forever. Regular
+// files, which epoll cannot watch, are read and written in a marked blocking
+// region (goro::Syscall) instead.
+//
+// Errors are absl::Status values, never crashes:
+//   DeadlineExceededError  the deadline passed first;
+//   CancelledError         the fd was closed with io::Close while waiting;
+//   FailedPreconditionError (EBADF)  not an open file descriptor;
+//   UnavailableError       the peer reset or closed the connection (EPIPE,
+//                          ECONNRESET) on a write;
+//   otherwise the errno, mapped with absl::ErrnoToStatus.
+// Read returns 0 bytes at end of file, as read(2) does.
+#ifndef GORO_IO_H_
+#define GORO_IO_H_
+
+#include <sys/socket.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace goro::io {
+
+// Reads up to n bytes; returns how many (0 at end of file).
+absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline = absl::InfiniteFuture());
+// Writes all n bytes (completing partial writes); returns n, or an error with
+// some bytes possibly written.
+absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n,
+                             absl::Time deadline = absl::InfiniteFuture());
+// Accepts a connection; the new fd is non-blocking and close-on-exec.
+absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline = absl::InfiniteFuture());
+// Connects fd (a socket) to addr, waiting for the connection to complete.
+absl::Status Connect(int fd, const sockaddr* addr, socklen_t len,
+                     absl::Time deadline = absl::InfiniteFuture());
+// Waits until fd is readable / writable.
+absl::Status WaitReadable(int fd, absl::Time deadline);
+absl::Status WaitWritable(int fd, absl::Time deadline);
+// Wakes every goroutine waiting on fd (they get CancelledError), removes it
+// from the poller and closes it.
+absl::Status Close(int fd);
+
+}  // namespace goro::io
+
+#endif  // GORO_IO_H_
