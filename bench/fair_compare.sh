@@ -9,7 +9,8 @@
 # library only; nothing is downloaded), python3. perf (linux-perf) is used for
 # scenario d when it can count the signal:signal_deliver tracepoint; without it
 # scenario d reports goro's own counters only. About 4 minutes on an idle 2-core
-# machine, plus up to WAIT_BUDGET s waiting for other work to go away.
+# machine (5 if goro-fair must be rebuilt), plus up to WAIT_BUDGET s waiting
+# for other work to go away.
 #
 # Scenarios (the project's targets in brackets); goro = stress/goro-fair,
 # Go = bench/go/fair, the same call-free spin loop and 1 ms sleeper:
@@ -23,7 +24,8 @@
 #      noise at 10ms]
 #   d. the CPU cost of one preemption, from c, and directly: 2 spinners on 1 P
 #      (goro at 200us, Go at 10 ms) on vs off, with per-thread CPU accounting
-#      and perf's signal counts [goro: <= 5 us]
+#      and perf's signal counts [goro: <= 5 us]; and the floor under it, what
+#      one bare signal costs a spinning thread here (Go's fair -signal_test)
 # Every run is one process; goro and Go alternate (which goes first alternates
 # between repetitions), and so do on and off. Throughput is also normalised by
 # the CPU time the goroutine-running threads actually got (from
@@ -41,9 +43,10 @@
 #   NO_BUILD=1      reuse the programs already in BUILD_DIR
 #   BUSY_MAX=25     wait while other work keeps more than this % of the CPUs
 #                   busy (samples of /proc/stat, taken between runs): ...
-#   WAIT_MAX=60     ... up to this many seconds before each scenario,
-#   PAIR_WAIT=6     ... up to this many before each pair of runs,
-#   WAIT_BUDGET=120 ... and this many in all
+#   WAIT_MAX=30     ... up to this many seconds before each scenario,
+#   PAIR_WAIT=4     ... up to this many before each pair of runs,
+#   WAIT_BUDGET=60  ... and this many in all (raise it on a machine whose
+#                   neighbours come and go; on this one they stayed)
 #   QUIET=0.25      a run is "quiet" when other work used at most this many CPUs
 #                   during its window; c and d report quiet pairs apart
 #   RUN_TIMEOUT=60  seconds of slack before a run is killed as hung (SIGQUIT
@@ -68,9 +71,9 @@ SRC="${SRC:-head}"
 CD_REPS="${CD_REPS:-5}"
 CD_SECONDS="${CD_SECONDS:-1.5}"
 BUSY_MAX="${BUSY_MAX:-25}"
-WAIT_MAX="${WAIT_MAX:-60}"
-PAIR_WAIT="${PAIR_WAIT:-6}"
-WAIT_BUDGET="${WAIT_BUDGET:-120}"
+WAIT_MAX="${WAIT_MAX:-30}"
+PAIR_WAIT="${PAIR_WAIT:-4}"
+WAIT_BUDGET="${WAIT_BUDGET:-60}"
 QUIET="${QUIET:-0.25}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-60}"
 ALIGN_SHARED="${ALIGN_SHARED:-0}"
@@ -448,6 +451,15 @@ for ((rep = 1; rep <= CD_REPS; rep++)); do
     "go d 2spin-1P-10ms-on $rep $warm_cd $CD_SECONDS $perf_flag -- '$GO_FAIR' $common" \
     "go d 2spin-1P-10ms-off $rep $warm_cd $CD_SECONDS $perf_flag --env GODEBUG=asyncpreemptoff=1 -- '$GO_FAIR' $common"
 done
+# d, floor: what one bare signal costs the thread it interrupts on this
+# machine, without any preemption (Go's -signal_test; see bench/go/fair).
+load_gate d-floor
+for ((rep = 1; rep <= CD_REPS; rep++)); do
+  common="-procs=2 -goroutines=1 -sleeper=false -seconds=$CD_SECONDS -signal_test"
+  pair "$rep" \
+    "go d0 signal-20us $rep $warm_cd $CD_SECONDS --env GODEBUG=asyncpreemptoff=1 -- '$GO_FAIR' $common -signal_interval=20us" \
+    "go d0 no-signal $rep $warm_cd $CD_SECONDS --env GODEBUG=asyncpreemptoff=1 -- '$GO_FAIR' $common -signal_interval=0"
+done
 printf '{"kind":"load","scenario":"end","loadavg":"%s","busy_pct":%d,"waited_s":0}\n' \
   "$(cut -d' ' -f1-4 /proc/loadavg)" "$(busy_pct 1)" >>"$RAW"
 
@@ -702,6 +714,27 @@ for impl, sl in (("goro", "200us"), ("go", "10ms")):
         fmt(med(own), 0) if own else "–", fmt(c, 2), fmt(med(kern), 2), fmt(med(mon), 2),
         fmt(med(mon_frac(a) for a, b in use), 3), fmt(med(mon_frac(b) for a, b in use), 3), tgt,
         verdict(c, cond) if cond else "", ", ".join("%.2f" % x for x in costs)))
+P("")
+
+P("### Floor: one bare signal, no preemption\n")
+P("The same machine's cost of just delivering a signal to a spinning thread and returning from it: Go's "
+  "`fair -signal_test` (GODEBUG=asyncpreemptoff=1, so its SIGURG handler returns at once) runs one spinner "
+  "pinned to CPU 1 while a thread pinned to CPU 0 sends it a SIGURG every 20 µs (or only sleeps, for the "
+  "paired baseline). Cost per signal = (1 − iterations per CPU-second with signals ÷ without) × the spinner "
+  "thread's CPU-seconds ÷ signals in the window, all read by the program itself. Any signal-driven "
+  "preemption pays at least this; goro's and Go's preemptions add the register save and restore and the "
+  "switch to another goroutine.\n")
+on, off = get("go", "d0", "signal-20us"), get("go", "d0", "no-signal")
+ps = [(a, b) for a in on for b in off if a["rep"] == b["rep"] and not a["error"] and not b["error"]
+      and a["result"].get("iter_per_cpu_s") and b["result"].get("iter_per_cpu_s")]
+costs = [(1 - a["result"]["iter_per_cpu_s"] / b["result"]["iter_per_cpu_s"]) * a["result"]["spin_cpu_s"]
+         / a["result"]["signals"] * 1e6 for a, b in ps if a["result"].get("signals")]
+P("| signals/s | iter/CPU-s with signals | without | cost per signal (µs) | per pair (µs) |")
+P("| ---: | ---: | ---: | ---: | --- |")
+P("| %s | %s | %s | %s | %s |" % (
+    fmt(med(a["result"]["signals"] / a["result"]["window_s"] for a, b in ps), 0),
+    fmt(med(a["result"]["iter_per_cpu_s"] for a, b in ps)), fmt(med(b["result"]["iter_per_cpu_s"] for a, b in ps)),
+    fmt(med(costs), 2), ", ".join("%.2f" % x for x in costs)))
 P("")
 
 bad = [r for r in runs if r["error"]]

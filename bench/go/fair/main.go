@@ -30,6 +30,21 @@
 // (jain, min_max, throughput, p50_ms, p99_ms, max_ms, ...) and "impl":"go".
 // Go reports no preemption counts; count its SIGURGs from outside (perf stat
 // -e signal:signal_deliver), as fair_compare.sh does.
+//
+// -signal_test measures the floor under any signal-driven preemption on this
+// machine: what one signal costs the thread it interrupts, with no
+// preemption at all. One spinner, locked to its thread and pinned to CPU 1,
+// runs while another goroutine, pinned to CPU 0, sends that thread a SIGURG
+// every -signal_interval (tgkill after a
+// nanosleep; with -signal_interval=0 it only sleeps, so that the two runs
+// differ only in the signals). Run it with GODEBUG=asyncpreemptoff=1: Go's
+// handler then just returns, so the cost is the kernel's signal delivery and
+// sigreturn (with the full XSAVE state in the signal frame) plus a trivial
+// handler. The timekeeper also reads the spinner thread's CPU time
+// (/proc/PPID/task/TID/schedstat) and the number of signals sent at both
+// ends of the window, and the JSON line adds spin_cpu_s, signals and
+// iter_per_cpu_s. Cost per signal = (1 - iter_per_cpu_s with signals /
+// without) * spin_cpu_s / signals.
 package main
 
 import (
@@ -58,6 +73,10 @@ var (
 	interval   = flag.Duration("sleep_interval", time.Millisecond, "the sleeper's sleep")
 	tableRows  = flag.Int("table_rows", 32, "print at most this many goroutine rows")
 	timekeeper = flag.Bool("timekeeper", false, "internal: run as the timekeeper child (shared mapping on fd 3)")
+	signalTest = flag.Bool("signal_test", false, "measure the cost of a bare signal: 1 spinner on its own thread, "+
+		"signalled every -signal_interval (run with GODEBUG=asyncpreemptoff=1)")
+	signalIvl = flag.Duration("signal_interval", 200*time.Microsecond,
+		"with -signal_test: how often to signal the spinner's thread; 0 = never (the baseline)")
 )
 
 // Layout of the shared mapping. Each hot word has a cache line of its own, as
@@ -67,7 +86,18 @@ const (
 	offStop      = 0 * lineSize // uint32: set by the timekeeper at the end
 	offMeasuring = 1 * lineSize // uint32: 1 inside the measured window
 	offWindowNs  = 2 * lineSize // int64: the window's length, written before stop
-	offCounters  = 3 * lineSize // n counters, one line each, then c0[n] and c1[n]
+	offSignals   = 3 * lineSize // uint64: signals sent so far (-signal_test)
+	offSigInfo   = 4 * lineSize // int64 spinner tid, then signals and spinner CPU ns at both ends
+	offCounters  = 5 * lineSize // n counters, one line each, then c0[n] and c1[n]
+)
+
+// Words of the offSigInfo line.
+const (
+	infoTid = iota
+	infoSig0
+	infoSig1
+	infoCPU0
+	infoCPU1
 )
 
 func sharedSize(n int) int {
@@ -86,6 +116,7 @@ func (s shared) measuring() *uint32  { return s.u32(offMeasuring) }
 func (s shared) counter(i int) *uint64 {
 	return s.u64(offCounters + i*lineSize)
 }
+func (s shared) info(k int) *int64   { return s.i64(offSigInfo + 8*k) }
 func (s shared) c0(n, i int) *uint64 { return s.u64(offCounters + n*lineSize + i*8) }
 func (s shared) c1(n, i int) *uint64 { return s.u64(offCounters + n*lineSize + n*8 + i*8) }
 
@@ -124,15 +155,35 @@ func runTimekeeper(n int, sec float64) {
 	}
 	s := shared{mem}
 	time.Sleep(warmup(sec))
+	tid := atomic.LoadInt64(s.info(infoTid))
+	schedstat := fmt.Sprintf("/proc/%d/task/%d/schedstat", os.Getppid(), tid)
+	threadCPU := func() int64 { // ns the spinner's thread has run, or -1
+		if tid == 0 {
+			return -1
+		}
+		b, err := os.ReadFile(schedstat)
+		if err != nil {
+			return -1
+		}
+		v, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
 	for i := 0; i < n; i++ {
 		*s.c0(n, i) = atomic.LoadUint64(s.counter(i))
 	}
+	*s.info(infoCPU0) = threadCPU()
+	*s.info(infoSig0) = int64(atomic.LoadUint64(s.u64(offSignals)))
 	t0 := time.Now()
 	atomic.StoreUint32(s.measuring(), 1)
 	time.Sleep(time.Duration(sec * float64(time.Second)))
 	for i := 0; i < n; i++ {
 		*s.c1(n, i) = atomic.LoadUint64(s.counter(i))
 	}
+	*s.info(infoCPU1) = threadCPU()
+	*s.info(infoSig1) = int64(atomic.LoadUint64(s.u64(offSignals)))
 	atomic.StoreInt64(s.i64(offWindowNs), int64(time.Since(t0)))
 	atomic.StoreUint32(s.measuring(), 0)
 	atomic.StoreUint32(s.stop(), 1)
@@ -185,6 +236,14 @@ func main() {
 	if *interval < 10*time.Microsecond || *interval > time.Second {
 		fatalf("-sleep_interval=%v: want 10us to 1s", *interval)
 	}
+	if *signalTest {
+		if n != 1 || *sleeper || *procs < 2 {
+			fatalf("-signal_test wants -goroutines=1 -sleeper=false and -procs >= 2 (the sender needs a P)")
+		}
+		if *signalIvl < 0 || *signalIvl > time.Second {
+			fatalf("-signal_interval=%v: want 0 to 1s", *signalIvl)
+		}
+	}
 	runtime.GOMAXPROCS(*procs)
 
 	dir := "/dev/shm"
@@ -221,11 +280,44 @@ func main() {
 	lateness := make([]float64, 0, expected*2) // preallocated: no GC while measuring
 	var wg sync.WaitGroup
 	wg.Add(n)
+	tidReady := make(chan int, 1)
 	for i := 0; i < n; i++ {
 		go func(i int) {
+			if *signalTest {
+				runtime.LockOSThread()
+				pinThread(1)
+				tid := syscall.Gettid()
+				atomic.StoreInt64(s.info(infoTid), int64(tid))
+				tidReady <- tid
+			}
 			spinLoop(s.counter(i), s.stop())
 			wg.Done()
 		}(i)
+	}
+	if *signalTest {
+		wg.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			pinThread(0)
+			syscall.RawSyscall(syscall.SYS_PRCTL, 29 /* PR_SET_TIMERSLACK */, 1, 0) // nanosleep to the µs
+			tid := <-tidReady
+			pid := syscall.Getpid()
+			ivl := *signalIvl
+			ts := syscall.NsecToTimespec(int64(ivl))
+			if ivl == 0 {
+				ts = syscall.NsecToTimespec(int64(200 * time.Microsecond))
+			}
+			var sent uint64
+			for atomic.LoadUint32(s.stop()) == 0 {
+				syscall.Nanosleep(&ts, nil)
+				if ivl > 0 {
+					syscall.Tgkill(pid, tid, syscall.SIGURG)
+					sent++
+					atomic.StoreUint64(s.u64(offSignals), sent)
+				}
+			}
+			wg.Done()
+		}()
 	}
 	if *sleeper {
 		wg.Add(1)
@@ -314,15 +406,42 @@ func main() {
 	}
 	fmt.Printf("Process CPU: user %.3f s, system %.3f s\n", cpu(ru.Utime), cpu(ru.Stime))
 
-	out, _ := json.Marshal(map[string]any{
+	summary := map[string]any{
 		"impl": "go", "go": runtime.Version(), "workload": "spin", "procs": *procs, "goroutines": n,
 		"time_slice_us": 10000, "async": async,
 		"jain": round(jain, 6), "min_max": round(ratio, 6), "throughput": round(throughput, 0),
 		"p50_ms": round(p50, 4), "p99_ms": round(p99, 4), "max_ms": round(lmax, 4),
 		"window_s": round(window.Seconds(), 6), "wakeups": len(lateness),
 		"user_s": cpu(ru.Utime), "sys_s": cpu(ru.Stime),
-	})
+	}
+	if *signalTest {
+		spinCPU := float64(*s.info(infoCPU1)-*s.info(infoCPU0)) / 1e9
+		signals := *s.info(infoSig1) - *s.info(infoSig0)
+		summary["workload"] = "signal_test"
+		summary["signal_interval_us"] = signalIvl.Microseconds()
+		summary["signals"] = signals
+		if *s.info(infoCPU0) >= 0 && *s.info(infoCPU1) >= 0 && spinCPU > 0 {
+			summary["spin_cpu_s"] = round(spinCPU, 6)
+			summary["iter_per_cpu_s"] = round(total/spinCPU, 0)
+			fmt.Printf("Signal test: %d signals to the spinner's thread in the window; it ran %.3f s and did %.4g iterations per CPU-second\n",
+				signals, spinCPU, total/spinCPU)
+		} else {
+			fmt.Printf("Signal test: could not read the spinner thread's CPU time\n")
+		}
+	}
+	out, _ := json.Marshal(summary)
 	fmt.Println(string(out))
+}
+
+// pinThread keeps the calling thread on CPU cpu (-signal_test only, so that
+// the sender's wake-ups do not land on the spinner's CPU). Best effort.
+func pinThread(cpu int) {
+	if runtime.NumCPU() < 2 {
+		return
+	}
+	var mask [16]uint64
+	mask[cpu/64] |= 1 << (cpu % 64)
+	syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, uintptr(len(mask)*8), uintptr(unsafe.Pointer(&mask[0])))
 }
 
 func round(x float64, digits int) float64 {
