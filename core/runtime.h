@@ -451,8 +451,10 @@ void InjectGList(G* list);
 Stack StackAlloc(P* p);
 void StackFree(P* p, Stack s);
 // Gives back the pages of stacks that sat unused since the last call, above a
-// high-water mark, and unmaps a surplus (sysmon calls it every 100 ms).
-void StackScavenge();
+// high-water mark, and unmaps a surplus (sysmon calls it every 100 ms). With
+// `all`, every idle stack above the mark (sysmon, before it sleeps because
+// every P is idle). Does a bounded batch; returns true if more remains.
+bool StackScavenge(bool all = false);
 void StackInitGlobal(size_t stack_size);
 // Which guard the stacks use: "madvise-guard" or "mprotect".
 const char* StackGuardKind();

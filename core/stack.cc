@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <vector>
 
@@ -36,6 +37,7 @@ namespace {
 
 constexpr size_t kKeepDirty = 64;     // idle stacks kept with their pages
 constexpr size_t kKeepMapped = 4096;  // idle stacks kept reserved at all
+constexpr size_t kScavengeBatch = 1024;  // stacks per StackScavenge call
 
 // Freed stacks beyond the P caches. `dirty` stacks still have their pages
 // (the newest at the back, reused first); `clean` ones had them given back.
@@ -81,7 +83,21 @@ Stack StackMap() {
   return Stack{lo, lo + stack_size};
 }
 
-void StackUnmap(Stack s) { munmap(reinterpret_cast<void*>(s.lo - page_size), stack_size + page_size); }
+// Calls fn(base, length) for each run of address-adjacent stacks in v (whole
+// reservations, guard pages included). Sorts v.
+template <typename Fn>
+void ForEachRun(std::vector<Stack>& v, Fn fn) {
+  std::sort(v.begin(), v.end(), [](const Stack& a, const Stack& b) { return a.lo < b.lo; });
+  size_t i = 0;
+  while (i < v.size()) {
+    uintptr_t base = v[i].lo - page_size;
+    uintptr_t end = v[i].hi;
+    size_t j = i + 1;
+    while (j < v.size() && v[j].lo - page_size == end) end = v[j++].hi;
+    fn(base, end - base);
+    i = j;
+  }
+}
 
 }  // namespace
 
@@ -132,30 +148,40 @@ void StackFree(P* p, Stack s) {
   p->stack_cache_n = keep;
 }
 
-void StackScavenge() {
+bool StackScavenge(bool all) {
   std::vector<Stack> release, unmap;
+  bool more;
   {
     absl::MutexLock lock(&pool.mu);
-    size_t idle = pool.low_water > kKeepDirty ? pool.low_water - kKeepDirty : 0;
+    size_t unused = all ? pool.dirty.size() : pool.low_water;
+    size_t idle = unused > kKeepDirty ? unused - kKeepDirty : 0;
+    more = idle > kScavengeBatch;
+    idle = std::min(idle, kScavengeBatch);
+    size_t clean = pool.clean.size();
     for (size_t i = 0; i < idle && !pool.dirty.empty(); ++i) {
-      release.push_back(pool.dirty.front());  // the oldest
+      Stack x = pool.dirty.front();  // the oldest
       pool.dirty.pop_front();
-    }
-    pool.low_water = pool.dirty.size();
-  }
-  if (release.empty()) return;
-  for (Stack x : release) madvise(reinterpret_cast<void*>(x.lo), stack_size, MADV_DONTNEED);
-  {
-    absl::MutexLock lock(&pool.mu);
-    for (Stack x : release) {
-      if (pool.clean.size() < kKeepMapped) {
-        pool.clean.push_back(x);
+      // Keep up to kKeepMapped reserved (pages given back); unmap the rest,
+      // which gives their pages back too.
+      if (clean + release.size() < kKeepMapped) {
+        release.push_back(x);
       } else {
-        unmap.push_back(x);  // nobody can reach these: unmap after the lock
+        unmap.push_back(x);
       }
     }
+    // What was not looked at stays counted as idle; the rest is measured anew.
+    pool.low_water = std::min(unused - idle, pool.dirty.size());
   }
-  for (Stack x : unmap) StackUnmap(x);
+  // Stacks were mostly mapped one after another: give back each contiguous
+  // run (guard pages included) with one call, since every call costs a TLB
+  // shoot-down on every CPU the process runs on.
+  ForEachRun(release, [](uintptr_t b, size_t len) { madvise(reinterpret_cast<void*>(b), len, MADV_DONTNEED); });
+  ForEachRun(unmap, [](uintptr_t b, size_t len) { munmap(reinterpret_cast<void*>(b), len); });
+  if (!release.empty()) {
+    absl::MutexLock lock(&pool.mu);
+    for (Stack x : release) pool.clean.push_back(x);
+  }
+  return more;
 }
 
 }  // namespace goro::internal

@@ -68,6 +68,7 @@ constexpr int64_t kSyscallIdleHandoffNs = 10 * 1000 * 1000;
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
 constexpr int64_t kScavengePeriodNs = 100 * 1000 * 1000;
+constexpr int64_t kScavengeBacklogNs = 2 * 1000 * 1000;
 
 bool AllPsIdle() { return sched.npidle.load(std::memory_order_acquire) == sched.nprocs; }
 
@@ -88,11 +89,17 @@ void* SysmonMain(void*) {
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
   for (;;) {
     if (int64_t now = Nanotime(); now >= next_scavenge) {
-      StackScavenge();
-      next_scavenge = now + kScavengePeriodNs;
+      bool more = StackScavenge();
+      next_scavenge = now + (more ? kScavengeBacklogNs : kScavengePeriodNs);
+    }
+    if (AllPsIdle() && StackScavenge(/*all=*/true)) {
+      // What is idle now stays idle while we sleep; a backlog is worked off
+      // in batches, so that sysmon never stops for long.
+      sched.sysmon_note.SleepUntil(Nanotime() + kScavengeBacklogNs);
+      sched.sysmon_note.Clear();
+      continue;
     }
     if (AllPsIdle()) {
-      StackScavenge();  // what is idle now stays idle while we sleep
       sched.sysmon_deep.store(true, std::memory_order_seq_cst);
       if (AllPsIdle()) sched.sysmon_note.Sleep();
       sched.sysmon_deep.store(false, std::memory_order_relaxed);
