@@ -543,6 +543,37 @@ def pairs_of(on, off):
 def quiet(p):
     return all((others(r) or 0) <= quiet_max for r in p)
 
+def median_ci(xs):
+    """A distribution-free interval for the median: order statistics x(k)..x(n-k+1)
+    with the largest k whose coverage is at least 90%, else the whole range.
+    Returns (low, high, coverage)."""
+    xs = sorted(x for x in xs if x is not None)
+    n = len(xs)
+    if n == 0:
+        return None, None, None
+    from math import comb
+    def coverage(k):
+        return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= 0.90:
+        k += 1
+    return xs[k - 1], xs[n - k], coverage(k)
+
+def ci_verdict(lo, hi, limit):
+    """met when the whole interval is within the limit, missed when all of it is beyond."""
+    if lo is None:
+        return "no data"
+    if hi <= limit:
+        return "met"
+    if lo > limit:
+        return "**missed**"
+    return "not resolved"
+
+def fmt_ci(lo, hi, cov, scale=1, d=2, unit=""):
+    if lo is None:
+        return "–"
+    return ("%%.%df … %%.%df%%s (%%.0f%%%%)" % (d, d)) % (lo * scale, hi * scale, unit, 100 * cov)
+
 P("## Machine and run\n")
 for k, label in [("date", "date"), ("goro", "goro"), ("nproc", "CPUs (nproc)"), ("cpu", "CPU"),
                  ("kernel", "kernel"), ("go", "Go"), ("cxx", "C++ compiler"), ("perf", "perf"),
@@ -566,8 +597,10 @@ P("")
 # a
 P("## a. 16 call-free spinners on 2 Ps, 3 s, beside the 1 ms sleeper\n")
 ga, oa = get("goro", "a", "16spin-2P"), get("go", "a", "16spin-2P")
-P("| figure | goro | Go | goro/Go | goro target | met? | goro samples | Go samples |")
-P("| --- | ---: | ---: | ---: | --- | --- | --- | --- |")
+P("*quiet* columns: the median over the runs during which other work used at most %.2f CPUs. The "
+  "verdict uses the median over all runs.\n" % quiet_max)
+P("| figure | goro | Go | goro/Go | goro, quiet runs | Go, quiet runs | goro target | met? | goro samples | Go samples |")
+P("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
 for key, label, tgt, cond, d in [
         ("jain", "Jain's index", "≥ 0.999", lambda x: x >= 0.999, 5),
         ("min_max", "min/max share", "≥ 0.95", lambda x: x >= 0.95, 3),
@@ -576,28 +609,32 @@ for key, label, tgt, cond, d in [
         ("p99_ms", "sleeper lateness p99 (ms)", "", None, 2)]:
     g = med(r["result"][key] for r in ok(ga))
     o = med(r["result"][key] for r in ok(oa))
-    P("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        label, fmt(g, d), fmt(o, d), fmt(ratio(g, o), 3), tgt, verdict(g, cond) if cond else "",
+    gq = med(r["result"][key] for r in ok(ga) if quiet([r]))
+    oq = med(r["result"][key] for r in ok(oa) if quiet([r]))
+    P("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        label, fmt(g, d), fmt(o, d), fmt(ratio(g, o), 3), fmt(gq, d), fmt(oq, d), tgt, verdict(g, cond) if cond else "",
         samples(ga, lambda r: r["result"][key], d), samples(oa, lambda r: r["result"][key], d)))
 for f, label in ((cpu_frac, "CPUs the goroutine threads got (of 2)"), (mon_frac, "CPU of the monitor thread (sysmon)"),
                  (others, "CPUs used by other work meanwhile")):
-    P("| %s | %s | %s | | | | %s | %s |" % (label, fmt(med(f(r) for r in ok(ga)), 2), fmt(med(f(r) for r in ok(oa)), 2),
-                                           samples(ga, f, 2), samples(oa, f, 2)))
+    P("| %s | %s | %s | | | | | | %s | %s |" % (label, fmt(med(f(r) for r in ok(ga)), 2), fmt(med(f(r) for r in ok(oa)), 2),
+                                               samples(ga, f, 2), samples(oa, f, 2)))
 P("")
 
 # b
 P("## b. 1 spinner + the 1 ms sleeper on 1 P, 5 s, 10 ms slice\n")
 gb, ob = get("goro", "b", "1spin+sleeper-1P"), get("go", "b", "1spin+sleeper-1P")
-P("| sleeper lateness | goro | Go | goro/Go | goro target | met? | goro samples | Go samples |")
-P("| --- | ---: | ---: | ---: | --- | --- | --- | --- |")
+P("| sleeper lateness | goro | Go | goro/Go | goro, quiet runs | Go, quiet runs | goro target | met? | goro samples | Go samples |")
+P("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
 for key, label, tgt, cond in [("p50_ms", "p50 (ms)", "", None), ("p99_ms", "p99 (ms)", "≤ 10.5 ms", lambda x: x <= 10.5),
                               ("max_ms", "max (ms)", "", None)]:
     g = med(r["result"][key] for r in ok(gb))
     o = med(r["result"][key] for r in ok(ob))
-    P("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        label, fmt(g, 2), fmt(o, 2), fmt(ratio(g, o), 2), tgt, verdict(g, cond) if cond else "",
+    gq = med(r["result"][key] for r in ok(gb) if quiet([r]))
+    oq = med(r["result"][key] for r in ok(ob) if quiet([r]))
+    P("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        label, fmt(g, 2), fmt(o, 2), fmt(ratio(g, o), 2), fmt(gq, 2), fmt(oq, 2), tgt, verdict(g, cond) if cond else "",
         samples(gb, lambda r: r["result"][key], 2), samples(ob, lambda r: r["result"][key], 2)))
-P("| CPUs used by other work meanwhile | %s | %s | | | | %s | %s |" % (
+P("| CPUs used by other work meanwhile | %s | %s | | | | | | %s | %s |" % (
     fmt(med(others(r) for r in ok(gb)), 2), fmt(med(others(r) for r in ok(ob)), 2), samples(gb, others, 2), samples(ob, others, 2)))
 P("")
 
@@ -609,8 +646,11 @@ P("Each repetition ran the on and the off run back to back; *on/off* is the medi
   "*all* uses every pair, *quiet* only the pairs where other work used at most %.2f CPUs during both runs. "
   "*noise* is the spread (max − min) / median of the off runs' per-CPU throughput. The loss is 1 − on/off "
   "(quiet pairs when there are at least 2 of them, else all).\n" % quiet_max)
-P("| impl | slice | preemptions/s | iter/CPU-s off | on/off, all | on/off, quiet (pairs) | on/off wall clock | loss | noise | sysmon CPU on / off | target | met? | paired per-CPU ratios (q = quiet) |")
-P("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
+P("*loss interval* is a distribution-free interval for the median loss (order statistics of the paired "
+  "losses; its coverage in brackets). A target counts as met only when the whole interval meets it, and "
+  "missed only when none of it does; otherwise the run could not tell (*not resolved*).\n")
+P("| impl | slice | preemptions/s | iter/CPU-s off | on/off, all | on/off, quiet (pairs) | on/off wall clock | loss | loss interval | noise | sysmon CPU on / off | target | met? | paired per-CPU ratios (q = quiet) |")
+P("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- | --- |")
 cost_rows = []
 for impl, slices in (("goro", ["10ms", "1ms", "200us"]), ("go", ["10ms"])):
     for sl in slices:
@@ -627,16 +667,19 @@ for impl, slices in (("goro", ["10ms", "1ms", "200us"]), ("go", ["10ms"])):
         el = med(a["warmup"] + a["seconds"] for a in ok(on))
         rate = pre / el if pre is not None and el else None
         loss = 1 - r_use if r_use is not None else None
-        tgt, cond = "", None
+        lo, hi, cov = median_ci([1 - x for x in rc(qs if len(qs) >= 2 else ps)])
+        tgt, v = "", ""
         if impl == "goro" and sl == "200us":
-            tgt, cond = "loss ≤ 2%", lambda x: x <= 0.02
+            tgt, v = "loss ≤ 2%", ci_verdict(lo, hi, 0.02)
         if impl == "goro" and sl == "10ms":
-            tgt, cond = "loss within noise", lambda x: abs(x) <= (noise or 0)
-        P("| %s | %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s / %s | %s | %s | %s |" % (
+            # "within noise": the interval holds zero, i.e. no loss can be told from none.
+            tgt = "loss within noise"
+            v = "no data" if lo is None else ("met" if lo <= 0 <= hi else ("**missed**" if lo > 0 else "met (gain)"))
+        P("| %s | %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s / %s | %s | %s | %s |" % (
             impl, sl + (" (fixed)" if impl == "go" else ""), fmt(rate, 0) if rate else "not counted",
-            fmt(med(offs)), fmt(r_all, 4), fmt(r_q, 4), len(qs), fmt(r_wall, 3), pct(loss, 2), pct(noise),
-            fmt(med(mon_frac(a) for a, b in ps), 3), fmt(med(mon_frac(b) for a, b in ps), 3), tgt,
-            verdict(loss, cond) if cond else "",
+            fmt(med(offs)), fmt(r_all, 4), fmt(r_q, 4), len(qs), fmt(r_wall, 3), pct(loss, 2),
+            fmt_ci(lo, hi, cov, 100, 1, "%"), pct(noise),
+            fmt(med(mon_frac(a) for a, b in ps), 3), fmt(med(mon_frac(b) for a, b in ps), 3), tgt, v,
             ", ".join("%.3f%s" % (thr_cpu(a) / thr_cpu(b), "q" if quiet((a, b)) else "") for a, b in ps)))
         costs = []
         for a, b in (qs if len(qs) >= 2 else ps):
@@ -658,16 +701,16 @@ P("### From c: (1 − on/off) × CPU-seconds in the window ÷ preemptions in the
 P("Preemptions in the window = goro's `async_preemptions` (counted over the whole run) × window ÷ "
   "(warm-up + window). *resolution* = noise × CPU-seconds ÷ preemptions: a cost smaller than that cannot be "
   "told from zero with these runs.\n")
-P("| impl | slice | cost per preemption (µs) | pairs used | resolution (µs) | target | met? | per pair (µs) |")
-P("| --- | --- | ---: | --- | ---: | --- | --- | --- |")
+P("| impl | slice | cost per preemption (µs) | interval (µs) | pairs used | resolution (µs) | target | met? | per pair (µs) |")
+P("| --- | --- | ---: | --- | --- | ---: | --- | --- | --- |")
 for impl, sl, c, costs, res, used_quiet in cost_rows:
     if impl == "go":
-        P("| go | 10ms (fixed) | not here: Go counts no preemptions (see the direct measurement) | | | | | |")
+        P("| go | 10ms (fixed) | not here: Go counts no preemptions (see the direct measurement) | | | | | | |")
         continue
-    tgt, cond = ("≤ 5 µs", lambda x: x <= 5) if sl == "200us" else ("", None)
-    P("| %s | %s | %s | %s | %s | %s | %s | %s |" % (impl, sl, fmt(c, 2), "quiet" if used_quiet else "all",
-                                                     fmt(res, 2), tgt, verdict(c, cond) if cond else "",
-                                                     ", ".join("%.2f" % x for x in costs)))
+    lo, hi, cov = median_ci(costs)
+    tgt, v = ("≤ 5 µs", ci_verdict(lo, hi, 5)) if sl == "200us" else ("", "")
+    P("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (impl, sl, fmt(c, 2), fmt_ci(lo, hi, cov), "quiet" if used_quiet else "all",
+                                                          fmt(res, 2), tgt, v, ", ".join("%.2f" % x for x in costs)))
 P("")
 
 P("### Direct: 2 spinners on 1 P, on vs off, per-thread CPU accounting and perf\n")
@@ -675,20 +718,19 @@ P("Per on/off pair: in the window the goroutine-running thread got *C* CPU-secon
   "iterations; the paired off run gives *R*, iterations per CPU-second with no preemption. Cost on the "
   "preempted thread = (C − I/R) ÷ preemptions in the window: all the time that thread spent not "
   "iterating — the kernel's signal delivery and sigreturn, the handler, the trampoline's register save and "
-  "restore, the scheduler, the cache refill after the switch. Its kernel part is the thread's system time "
-  "(/proc stat, 10 ms ticks) ÷ preemptions. sysmon's CPU per preemption is apart: it runs on the other "
-  "CPU. perf counts the SIGURGs delivered (signal:signal_deliver, whole run); for Go, which keeps no "
-  "count, they are the preemptions. Medians over quiet pairs when there are at least 2, else all.\n")
-P("| impl | slice | preemptions in window | SIGURG delivered (perf) | goro's count (whole run) | cost on the preempted thread (µs) | of which kernel (µs) | sysmon CPU per preemption (µs) | sysmon CPU on / off | target | met? | per pair (µs) |")
-P("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
+  "restore, the scheduler, the cache refill after the switch. sysmon's part is apart, since it runs on the "
+  "other CPU: its extra CPU time with preemption on (on − off) ÷ preemptions. perf counts the SIGURGs "
+  "delivered (signal:signal_deliver, whole run); for Go, which keeps no count, they are the preemptions. "
+  "Medians over quiet pairs when there are at least 2, else all.\n")
+P("| impl | slice | preemptions in window | SIGURG delivered (perf) | goro's count (whole run) | cost on the preempted thread (µs) | interval (µs) | sysmon's extra CPU per preemption (µs) | sysmon CPU on / off | target | met? | per pair (µs) |")
+P("| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- | --- |")
 for impl, sl in (("goro", "200us"), ("go", "10ms")):
     on, off = get(impl, "d", "2spin-1P-%s-on" % sl), get(impl, "d", "2spin-1P-%s-off" % sl)
     ps = pairs_of(on, off)
     qs = [p for p in ps if quiet(p)]
     use = qs if len(qs) >= 2 else ps
-    costs, kern, mon, kwins, sigs, own = [], [], [], [], [], []
+    costs, mon, kwins, sigs, own = [], [], [], [], []
     for a, b in use:
-        sa = a["sample"]
         C = cpu_frac(a) * a["seconds"]
         I = a["result"]["throughput"] * a["seconds"]
         R = thr_cpu(b)
@@ -705,15 +747,15 @@ for impl, sl in (("goro", "200us"), ("go", "10ms")):
         k_win = k * a["seconds"] / (a["warmup"] + a["seconds"])
         kwins.append(k_win)
         costs.append((C - I / R) / k_win * 1e6)
-        kern.append(sa["workers"]["stime"] / sa["dt"] * a["seconds"] / k_win * 1e6)
-        mon.append(mon_frac(a) * a["seconds"] / k_win * 1e6)
-    tgt, cond = ("≤ 5 µs", lambda x: x <= 5) if impl == "goro" else ("", None)
+        mon.append((mon_frac(a) - mon_frac(b)) * a["seconds"] / k_win * 1e6)
     c = med(costs)
+    lo, hi, cov = median_ci(costs)
+    tgt, v = ("≤ 5 µs", ci_verdict(lo, hi, 5)) if impl == "goro" else ("", "")
     P("| %s | %s%s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s |" % (
         impl, sl, " (fixed)" if impl == "go" else "", fmt(med(kwins), 0), fmt(med(sigs), 0) if sigs else "–",
-        fmt(med(own), 0) if own else "–", fmt(c, 2), fmt(med(kern), 2), fmt(med(mon), 2),
-        fmt(med(mon_frac(a) for a, b in use), 3), fmt(med(mon_frac(b) for a, b in use), 3), tgt,
-        verdict(c, cond) if cond else "", ", ".join("%.2f" % x for x in costs)))
+        fmt(med(own), 0) if own else "–", fmt(c, 2), fmt_ci(lo, hi, cov), fmt(med(mon), 2),
+        fmt(med(mon_frac(a) for a, b in use), 3), fmt(med(mon_frac(b) for a, b in use), 3), tgt, v,
+        ", ".join("%.2f" % x for x in costs)))
 P("")
 
 P("### Floor: one bare signal, no preemption\n")
@@ -729,12 +771,13 @@ ps = [(a, b) for a in on for b in off if a["rep"] == b["rep"] and not a["error"]
       and a["result"].get("iter_per_cpu_s") and b["result"].get("iter_per_cpu_s")]
 costs = [(1 - a["result"]["iter_per_cpu_s"] / b["result"]["iter_per_cpu_s"]) * a["result"]["spin_cpu_s"]
          / a["result"]["signals"] * 1e6 for a, b in ps if a["result"].get("signals")]
-P("| signals/s | iter/CPU-s with signals | without | cost per signal (µs) | per pair (µs) |")
-P("| ---: | ---: | ---: | ---: | --- |")
-P("| %s | %s | %s | %s | %s |" % (
+P("| signals/s | iter/CPU-s with signals | without | cost per signal (µs) | interval (µs) | per pair (µs) |")
+P("| ---: | ---: | ---: | ---: | --- | --- |")
+lo, hi, cov = median_ci(costs)
+P("| %s | %s | %s | %s | %s | %s |" % (
     fmt(med(a["result"]["signals"] / a["result"]["window_s"] for a, b in ps), 0),
     fmt(med(a["result"]["iter_per_cpu_s"] for a, b in ps)), fmt(med(b["result"]["iter_per_cpu_s"] for a, b in ps)),
-    fmt(med(costs), 2), ", ".join("%.2f" % x for x in costs)))
+    fmt(med(costs), 2), fmt_ci(lo, hi, cov), ", ".join("%.2f" % x for x in costs)))
 P("")
 
 bad = [r for r in runs if r["error"]]
