@@ -103,6 +103,7 @@
 #include <thread>
 
 #include <cxxabi.h>
+#include <linux/membarrier.h>
 
 #include "absl/strings/str_cat.h"
 #include "arch/cpu.h"
@@ -748,11 +749,12 @@ G* FinishSwitchOnG0(M* m) {
 // m's wired goroutine is not running: hands m's P on and sleeps until the
 // goroutine is given back by StartLockedM. Returns it, with a P held.
 G* StopLockedM(M* m) {
-  P* p = m->p;
-  m->p = nullptr;
-  p->m = nullptr;
-  p->status = P::Status::kIdle;
-  HandoffP(p);
+  if (P* p = m->p) {  // none if it lost it in a blocking call
+    m->p = nullptr;
+    p->m = nullptr;
+    p->status = P::Status::kIdle;
+    HandoffP(p);
+  }
   {
     absl::MutexLock lock(&sched.mu);
     sched.nmlocked++;  // StartLockedM un-counts it, before waking it
@@ -810,8 +812,9 @@ void StartLockedM(M* m, G* g) {
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
       inherit = true;
     } while (g != nullptr);
-    // Back from a blocking region that lost its P: wait to be handed one.
-    if (m->p == nullptr) StopM(m);
+    // Back from a blocking call that lost its P: wait to be handed one (a
+    // wired M waits for its goroutine instead, at the top of the loop).
+    if (m->p == nullptr && m->locked_g == nullptr) StopM(m);
   }
 }
 
@@ -820,6 +823,7 @@ void* MStart(void* arg) {
   tls_m = m;
   if (CurrentM() != m) Fatal("MStart: the thread-local M is not at the expected offset");
   m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  pthread_getcpuclockid(pthread_self(), &m->cpu_clock);
   m->eh = ThreadEhGlobals();
   MInitSignals(m);
   sigset_t none;
@@ -861,6 +865,7 @@ void GoroutineMain(void* arg) {
   g->closure_ops = nullptr;
   g->preempt_off.store(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  EnsurePAfterEntry(g);
   M* m = CurrentM();
   m->request = SwitchRequest::kExit;
   m->in_switch.store(true, std::memory_order_relaxed);
@@ -901,6 +906,40 @@ void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->in_switch.store(true, std::memory_order_relaxed);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
   OnResumeG();
+}
+
+namespace {
+std::atomic<bool> revocation_available{false};
+}  // namespace
+
+bool RevocationAvailable() { return revocation_available.load(std::memory_order_relaxed); }
+
+// The goroutine side of this protocol is RuntimeScope (and every other
+// runtime entry): it raises preempt_off, then checks its P (EnsurePAfterEntry)
+// with only a compiler barrier between. membarrier makes that enough: after it
+// returns, either the goroutine's raised preempt_off is visible here (so we
+// back off), or its check will see kRevoking and wait for our decision.
+bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
+  P::Status want = P::Status::kRunning;
+  if (!p->status.compare_exchange_strong(want, P::Status::kRevoking, std::memory_order_seq_cst)) {
+    return false;
+  }
+  ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  bool still_blocked = p->m.load(std::memory_order_seq_cst) == m &&
+                       __atomic_load_n(&m->curg, __ATOMIC_SEQ_CST) == g &&
+                       p->schedtick.load(std::memory_order_seq_cst) == tick &&
+                       g->preempt_off.load(std::memory_order_seq_cst) == 0 &&
+                       !m->in_switch.load(std::memory_order_seq_cst);
+  if (!still_blocked) {
+    p->status.store(P::Status::kRunning, std::memory_order_release);
+    return false;
+  }
+  p->m.store(nullptr, std::memory_order_release);
+  p->status.store(P::Status::kIdle, std::memory_order_release);
+  m->revoked.store(true, std::memory_order_release);
+  sched.handoffs.fetch_add(1, std::memory_order_relaxed);
+  HandoffP(p);
+  return true;
 }
 
 bool TryAcquireIdleP(M* m) {
@@ -989,12 +1028,31 @@ RuntimeScope::RuntimeScope() {
   }
   g_->preempt_off.store(n + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (n == 0) EnsurePAfterEntry(g_);
+}
+
+void ReacquireP(M* m, G* g) {
+  P* p = m->p;
+  // Sysmon is deciding (TryRevokeP): it sees our raised preempt_off and
+  // gives the P back, or has already committed; wait for the outcome.
+  while (p != nullptr && p->status.load(std::memory_order_acquire) == P::Status::kRevoking) {
+    arch::CpuRelax();
+  }
+  if (p != nullptr && p->m.load(std::memory_order_acquire) == m &&
+      p->status.load(std::memory_order_acquire) == P::Status::kRunning) {
+    return;
+  }
+  // The P was handed off while this goroutine blocked outside the runtime.
+  m->p = nullptr;
+  m->revoked.store(false, std::memory_order_release);
+  if (!TryAcquireIdleP(m)) SwitchToG0(m, g, SwitchRequest::kSyscallExit);
 }
 
 void PreemptCooperative() {
   G* g = CurrentGoroutine();
   g->preempt_off.fetch_add(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  EnsurePAfterEntry(g);
   M* m = CurrentM();  // only now: with preemption off it cannot change under us
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
@@ -1072,8 +1130,9 @@ __attribute__((noinline)) void SetErrno(int v) {
 // every register saved and preempt_off raised by the signal handler.
 extern "C" void goro_async_preempt_go() {
   int saved_errno = errno;
+  G* g = CurrentGoroutine();
+  EnsurePAfterEntry(g);
   M* m = CurrentM();
-  G* g = m->curg;
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
   sched.async_preemptions.fetch_add(1, std::memory_order_relaxed);
@@ -1148,6 +1207,11 @@ void EnsureStarted(const Options& opts) {
   sched.async_preemption = o.async_preemption;
   sched.opts = o;
   StackInitGlobal(o.stack_size);
+  // Unmarked blocking calls are detected only if sysmon can use membarrier
+  // (Linux 4.14+); see TryRevokeP.
+  revocation_available.store(
+      ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0,
+      std::memory_order_relaxed);
   InstallSignalHandlers();
   InitPreemptibleRanges();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);

@@ -182,6 +182,11 @@ struct M {
   EhGlobals* eh = nullptr;  // this thread's exception state
   pthread_t thread{};
   pid_t tid = 0;
+  clockid_t cpu_clock = 0;  // this thread's CPU-time clock (sysmon reads it)
+  // Set by TryRevokeP: this M lost its P while its goroutine was blocked in
+  // an unmarked call. Sysmon watches it: if the goroutine runs on without
+  // entering the runtime, it is signalled like any hog (and re-acquires a P).
+  std::atomic<bool> revoked{false};
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
 };
@@ -194,8 +199,10 @@ struct P {
   // kIdle: on sched.pidle, no M. kRunning: owned by p->m.
   // kSyscall: p->m is in a marked blocking region; sysmon may take the P by
   // CASing kSyscall -> kIdle, and the M takes it back by CASing kSyscall ->
-  // kRunning. Written by the owner (and sysmon's CAS); read racily by sysmon.
-  enum class Status : uint8_t { kIdle, kRunning, kSyscall };
+  // kRunning. kRevoking: sysmon is deciding whether p->m's goroutine is
+  // blocked in an unmarked call (see TryRevokeP); it ends in kRunning again
+  // or in kIdle with p->m changed. Written by the owner and sysmon's CASes.
+  enum class Status : uint8_t { kIdle, kRunning, kSyscall, kRevoking };
   std::atomic<Status> status{Status::kIdle};
   // Incremented by the owner each time it enters a blocking region; sysmon
   // hands the P off only after seeing the same region twice.
@@ -385,6 +392,16 @@ class RuntimeScope {
 // Yields the current goroutine to the global run queue because its time
 // slice is over (counted as a cooperative preemption).
 void PreemptCooperative();
+// Called by goroutine g on entering the runtime, with preempt_off already
+// raised: if sysmon took this M's P while g was blocked in an unmarked call,
+// takes another P or waits in the global queue. Cheap when the P is ours.
+inline void EnsurePAfterEntry(G* g);
+void ReacquireP(M* m, G* g);
+// Sysmon: takes p from its M if the M's goroutine is still in user code on
+// the slice `tick` (it is blocked in an unmarked call); true if it did.
+bool TryRevokeP(P* p, M* m, G* g, uint32_t tick);
+// Whether unmarked blocking calls can be detected (membarrier available).
+bool RevocationAvailable();
 // Hands p to another M (when there is work for it) or puts it on the idle list.
 void HandoffP(P* p);
 // Wakes sysmon if it sleeps until work appears.
@@ -463,6 +480,16 @@ const char* StackGuardKind();
 void InstallSignalHandlers();
 void InstallPreemptHandler(int sig);
 void MInitSignals(M* m);  // on a new M's thread: sigaltstack
+
+inline void EnsurePAfterEntry(G* g) {
+  M* m = CurrentM();
+  P* p = m->p;
+  if (p != nullptr && p->status.load(std::memory_order_relaxed) == P::Status::kRunning &&
+      p->m.load(std::memory_order_relaxed) == m) {
+    return;
+  }
+  ReacquireP(m, g);
+}
 
 }  // namespace goro::internal
 

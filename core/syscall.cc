@@ -24,6 +24,7 @@ void EnterSyscall() {
   G* g = CurrentGoroutine();
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  EnsurePAfterEntry(g);
   M* m = CurrentM();  // preemption is off: it cannot change now
   P* p = m->p;
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);

@@ -33,7 +33,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <string.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "arch/cpu.h"
@@ -60,11 +64,65 @@ void CalibrateTsc() {
 struct PState {
   uint32_t tick = 0;
   uint64_t start_tsc = 0;
+  // The last sample of the M's CPU time, and the slice it was taken in.
+  uint32_t cpu_tick = 0;
+  bool cpu_valid = false;
+  int64_t cpu_ns = 0;
+  int64_t cpu_wall = 0;
   uint32_t syscalltick = 0;
   int64_t syscall_since = 0;  // when sysmon first saw this blocking region
 };
 
 constexpr int64_t kSyscallIdleHandoffNs = 10 * 1000 * 1000;
+
+enum class Verdict { kUnknown, kRunning, kBlocked };
+
+// Whether the thread is asleep in the kernel (state S or D in
+// /proc/self/task/TID/stat) rather than runnable but waiting for a CPU (R),
+// which shows no CPU progress either. Read only to confirm a suspicion.
+bool AsleepInKernel(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* paren = strrchr(buf, ')');  // the command name may contain anything
+  if (paren == nullptr || paren[1] != ' ') return false;
+  return paren[2] == 'S' || paren[2] == 'D';
+}
+
+// Samples the CPU time of m's thread; compares with the previous sample of
+// the same slice. Under 1/8 of a CPU over at least 20 us: asleep in the
+// kernel (or descheduled; handing its P on is harmless then too). On a CPU
+// over the last 20-200 us: running, and safe to signal.
+Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
+  timespec ts;
+  if (clock_gettime(m->cpu_clock, &ts) != 0) return Verdict::kUnknown;
+  int64_t cpu = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  Verdict v = Verdict::kUnknown;
+  int64_t dw = now - s.cpu_wall;
+  if (s.cpu_valid && s.cpu_tick == tick && dw >= 20 * 1000) {
+    if ((cpu - s.cpu_ns) * 8 < dw) {
+      v = Verdict::kBlocked;
+    } else if (dw <= 200 * 1000) {
+      // Only a recent interval shows the thread is on a CPU *now*: one that
+      // ran most of a long interval may just have entered a blocking call,
+      // and a signal then would interrupt it.
+      v = Verdict::kRunning;
+    }
+  }
+  if (!(s.cpu_valid && s.cpu_tick == tick && now - s.cpu_wall < 20 * 1000)) {
+    s.cpu_valid = true;
+    s.cpu_tick = tick;
+    s.cpu_ns = cpu;
+    s.cpu_wall = now;
+  }
+  return v;
+}
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
 constexpr int64_t kScavengePeriodNs = 100 * 1000 * 1000;
@@ -77,6 +135,12 @@ void* SysmonMain(void*) {
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
   std::vector<PState> ps(sched.nprocs);
+  struct RevokedM {
+    M* m;
+    G* g;
+    PState cpu;
+  };
+  std::vector<RevokedM> revoked_ms;
   const int64_t slice = sched.time_slice_ns;
   const bool stamped = sched.stamp_slices;
   // The longest sleep while any P runs: in observation mode it bounds how
@@ -145,7 +209,8 @@ void* SysmonMain(void*) {
         }
         continue;
       }
-      if (st != P::Status::kRunning || p->m.load(std::memory_order_relaxed) == nullptr) continue;
+      M* m = p->m.load(std::memory_order_acquire);
+      if (st != P::Status::kRunning || m == nullptr) continue;
       uint32_t tick = p->schedtick.load(std::memory_order_acquire);
       if (tick != ps[i].tick) {
         ps[i].tick = tick;
@@ -154,11 +219,60 @@ void* SysmonMain(void*) {
       int64_t ran = now_tsc > ps[i].start_tsc
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
+      G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
+      bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0;
+      // Is the thread running, or asleep in the kernel (an unmarked blocking
+      // call)? Compare its CPU time over an interval of this same slice. A
+      // thread is never signalled without a sample showing it on a CPU.
+      Verdict v = Verdict::kUnknown;
+      if (g != nullptr && (work || ran >= slice / 2)) v = SampleCpu(ps[i], m, tick, now);
+      bool asleep = false;
+      if (v == Verdict::kBlocked) {
+        // No CPU progress: asleep in the kernel, or runnable but waiting for
+        // a CPU. Only the first is a blocking call; the second may be
+        // signalled like any running goroutine.
+        asleep = AsleepInKernel(m->tid);
+        if (!asleep) v = Verdict::kRunning;
+      }
+      if (asleep && (work || ran >= kSyscallIdleHandoffNs) && RevocationAvailable()) {
+        if (TryRevokeP(p, m, g, tick)) revoked_ms.push_back(RevokedM{m, g, {}});
+        continue;
+      }
       if (ran >= slice) {
-        if (PreemptOne(p, tick)) asked = true;
+        if (v == Verdict::kRunning) {
+          if (PreemptOne(p, tick)) asked = true;
+        } else if (v == Verdict::kUnknown) {
+          until_expiry = std::min(until_expiry, kSysmonRecheckNs);  // sample again soon
+        }
       } else {
         until_expiry = std::min(until_expiry, slice - ran);
+        if (work && v == Verdict::kUnknown) until_expiry = std::min(until_expiry, kSysmonRecheckNs);
       }
+    }
+    // Ms that lost their P in an unmarked blocking call: once the goroutine
+    // runs again without entering the runtime, signal it into the runtime,
+    // where it takes a P again (or waits for one).
+    for (size_t k = 0; k < revoked_ms.size();) {
+      RevokedM& r = revoked_ms[k];
+      if (!r.m->revoked.load(std::memory_order_acquire) ||
+          __atomic_load_n(&r.m->curg, __ATOMIC_ACQUIRE) != r.g) {
+        r = revoked_ms.back();
+        revoked_ms.pop_back();
+        continue;
+      }
+      Verdict v = SampleCpu(r.cpu, r.m, 0, now);
+      if (v == Verdict::kRunning && sched.async_preemption) {
+        r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
+        if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
+          if (::syscall(SYS_tgkill, getpid(), r.m->tid, sched.preempt_signal) == 0) {
+            sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            r.m->signal_pending.store(false, std::memory_order_relaxed);
+          }
+        }
+      }
+      until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
+      ++k;
     }
     if (asked) {
       // Look again soon: to time the slice that follows the preemption (in
