@@ -78,6 +78,7 @@ ABSL_FLAG(int, threads, 1, "threads of the epoll client");
 ABSL_FLAG(int, procs, 0, "goro Ps for the goro client and the in-process server; 0: default");
 ABSL_FLAG(absl::Duration, reply_timeout, absl::Seconds(10), "longest wait for one echo");
 ABSL_FLAG(std::string, label, "", "a name for the server, copied into the JSON line");
+ABSL_FLAG(int, server_pid, 0, "the server's process id: report its CPU use in the measured window");
 ABSL_FLAG(bool, json, false, "also print the results as one JSON line");
 
 namespace {
@@ -373,10 +374,42 @@ std::vector<std::unique_ptr<EpollConn>> ConnectPlain(const sockaddr_in& addr, co
 
 // ---- timing ----
 
-double CpuSeconds() {
+// A moment: wall clock, this process's CPU time and, with --server_pid, the
+// server's CPU time (-1 when unknown).
+struct Sample {
+  int64_t ns = 0;
+  double cpu = 0, server_cpu = -1;
+};
+
+int g_server_pid = 0;
+
+// User + system CPU seconds of process `pid` from /proc/PID/stat, or -1.
+double ProcessCpuSeconds(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  unsigned long utime = 0, stime = 0;
+  if (p == nullptr || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                  &utime, &stime) != 2) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+Sample Now() {
+  Sample s;
+  s.ns = NowNs();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  s.cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  if (g_server_pid > 0) s.server_cpu = ProcessCpuSeconds(g_server_pid);
+  return s;
 }
 
 // Runs the phases on a plain thread, outside the scheduler being measured.
@@ -393,19 +426,20 @@ class Timekeeper {
     {
       std::lock_guard<std::mutex> lk(mu_);
       finished_ = true;
-      end_ns_ = NowNs();
-      end_cpu_ = CpuSeconds();
+      end_ = Now();
     }
     cv_.notify_all();
     goro::Syscall([this] { thread_.join(); });  // a blocking call: let the P go
   }
-  double measured_seconds() const { return (stop_ns_ - start_ns_) / 1e9; }
-  double cpu_seconds() const { return stop_cpu_ - start_cpu_; }
+  double measured_seconds() const { return (stop_.ns - start_.ns) / 1e9; }
+  double cpu_seconds() const { return stop_.cpu - start_.cpu; }
+  double server_cpu_seconds() const {
+    return start_.server_cpu < 0 || stop_.server_cpu < 0 ? -1 : stop_.server_cpu - start_.server_cpu;
+  }
 
  private:
   void Open() {
-    start_ns_ = NowNs();
-    start_cpu_ = CpuSeconds();
+    start_ = Now();
     g_phase.store(kMeasure, std::memory_order_relaxed);
   }
   void Loop(double warmup, double seconds, bool count_mode) {
@@ -416,21 +450,14 @@ class Timekeeper {
       Open();
     }
     cv_.wait_for(lk, std::chrono::duration<double>(seconds), done);
-    if (finished_) {  // --messages: every connection is done
-      stop_ns_ = end_ns_;
-      stop_cpu_ = end_cpu_;
-    } else {
-      stop_ns_ = NowNs();
-      stop_cpu_ = CpuSeconds();
-    }
+    stop_ = finished_ ? end_ : Now();  // finished: --messages, every connection is done
     g_phase.store(kStop, std::memory_order_relaxed);
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   bool finished_ = false;
-  int64_t end_ns_ = 0, start_ns_ = 0, stop_ns_ = 0;
-  double end_cpu_ = 0, start_cpu_ = 0, stop_cpu_ = 0;
+  Sample start_, stop_, end_;
   std::thread thread_;
 };
 
@@ -516,6 +543,7 @@ int main(int argc, char** argv) {
   if (seconds <= 0 || warmup < 0) Fail("--seconds must be > 0 and --warmup >= 0");
   if (client != "goro" && client != "epoll") Fail("--client=%s: want goro or epoll", client);
   const int port_flag = inproc ? 0 : ParsePort(server);
+  g_server_pid = absl::GetFlag(FLAGS_server_pid);
   RaiseFileLimit(cfg.conns * (inproc ? 2 : 1) + 64);
 
   goro::Options opts;
@@ -588,6 +616,9 @@ int main(int argc, char** argv) {
   const double measured = clock->measured_seconds();
   const double rps = measured > 0 ? lat.size() / measured : 0;
   const double cpu = measured > 0 ? clock->cpu_seconds() / measured : 0;
+  const double server_cpu_s = clock->server_cpu_seconds();
+  const double server_cpu = measured > 0 && server_cpu_s >= 0 ? server_cpu_s / measured : -1;
+  const double server_us_per_req = server_cpu_s >= 0 && !lat.empty() ? server_cpu_s * 1e6 / lat.size() : -1;
   const double p50 = Percentile(lat, 0.50), p90 = Percentile(lat, 0.90),
                p99 = Percentile(lat, 0.99), p999 = Percentile(lat, 0.999),
                pmax = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end()) / 1e3;
@@ -602,13 +633,18 @@ int main(int argc, char** argv) {
                p999, pmax);
   absl::PrintF("  client CPU  %.0f%% of one CPU%s\n", 100 * cpu,
                inproc ? " (client and server together)" : "");
+  if (server_cpu >= 0) {
+    absl::PrintF("  server CPU  %.0f%% of one CPU, %.2f us per round trip (process %d)\n",
+                 100 * server_cpu, server_us_per_req, g_server_pid);
+  }
   if (absl::GetFlag(FLAGS_json)) {
     absl::PrintF(
         "{\"label\":\"%s\",\"client\":\"%s\",\"server\":\"%s\",\"conns\":%d,\"size\":%d,"
         "\"seconds\":%.3f,\"requests\":%u,\"total\":%u,\"rps\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
-        "\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,\"client_cpu\":%.3f}\n",
+        "\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,\"client_cpu\":%.3f,\"server_cpu\":%.3f,"
+        "\"server_us_per_req\":%.3f}\n",
         absl::GetFlag(FLAGS_label), client, where, cfg.conns, cfg.size, measured, lat.size(), total, rps,
-        p50, p90, p99, p999, pmax, cpu);
+        p50, p90, p99, p999, pmax, cpu, server_cpu, server_us_per_req);
   }
   std::fflush(stdout);
   if (lat.empty()) Fail("no round trip completed in the measured window");
