@@ -95,6 +95,8 @@ bool AsleepInKernel(pid_t tid) {
   return paren[2] == 'S' || paren[2] == 'D';
 }
 
+
+
 // Samples the CPU time of m's thread; compares with the previous sample of
 // the same slice. Under 1/8 of a CPU over at least 20 us: asleep in the
 // kernel (or descheduled; handing its P on is harmless then too). On a CPU
@@ -108,11 +110,14 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
   if (s.cpu_valid && s.cpu_tick == tick && dw >= 20 * 1000) {
     if ((cpu - s.cpu_ns) * 8 < dw) {
       v = Verdict::kBlocked;
-    } else if (dw <= 200 * 1000) {
+    } else if (dw <= 200 * 1000 || !AsleepInKernel(m->tid)) {
       // Only a recent interval shows the thread is on a CPU *now*: one that
       // ran most of a long interval may just have entered a blocking call,
-      // and a signal then would interrupt it.
+      // and a signal then would interrupt it. When sysmon itself ran late,
+      // ask the kernel instead.
       v = Verdict::kRunning;
+    } else {
+      v = Verdict::kBlocked;
     }
   }
   if (!(s.cpu_valid && s.cpu_tick == tick && now - s.cpu_wall < 20 * 1000)) {
