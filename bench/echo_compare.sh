@@ -287,8 +287,9 @@ L.append("- servers: `examples/echo_server` (goro: a goroutine per connection in
          "`goro::io::Read`/`Write`) and `bench/go/echo` (Go `net`: a goroutine per connection, "
          "same 4 KiB read/write loop, TCP_NODELAY on both), each started fresh on an ephemeral "
          "port of 127.0.0.1 for every run; the order alternates between repetitions")
-L.append("- client: `examples/echo_load` (the same binary for both servers), one message in "
-         "flight per connection, every echoed byte checked\n")
+L.append("- client: `examples/echo_load` (the same binary and flags for both servers), one message "
+         "in flight per connection, every echoed byte checked; `--client=epoll` is plain threads "
+         "with epoll, the cheapest client per message, so that the server is what is measured\n")
 L.append("**Target (issue 4): goro ≥ 1.2× Go's requests/s at 100 and at 10,000 connections.** "
          "Median of each side's repetitions:\n")
 for layout, conns, ratio, eff in verdicts:
