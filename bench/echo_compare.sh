@@ -33,6 +33,8 @@
 #   CLIENT_THREADS=1    threads of the epoll client
 #   BUILD_DIR=<repo>/build-echo   where to build; raw results and logs stay there
 #   NO_BUILD=1          reuse the programs already in BUILD_DIR
+#   REPORT_ONLY=1       measure nothing: rewrite OUT from the raw results of the
+#                       last run in BUILD_DIR
 #   OUT=<repo>/bench/ECHO.md      the report
 set -euo pipefail
 
@@ -63,9 +65,14 @@ if [[ " $LAYOUTS " == *" pinned "* ]] && (($(nproc) < 2)); then
   exit 1
 fi
 
-mkdir -p "$BUILD"
 LOG="$BUILD/echo_compare.log"
 RAW="$BUILD/echo_results.tsv"
+MACHINE="$BUILD/echo_machine.txt"
+if [[ "${REPORT_ONLY:-0}" == 1 ]]; then
+  [[ -s "$RAW" && -s "$MACHINE" ]] || { echo "echo_compare.sh: no results in $BUILD to report" >&2; exit 1; }
+else
+# ---- building and measuring (skipped with REPORT_ONLY=1) ----
+mkdir -p "$BUILD"
 : >"$LOG"
 : >"$RAW"
 rm -rf "$BUILD/runs"
@@ -198,7 +205,6 @@ busy_end=$(busy)
 elapsed=$((SECONDS - start_s))
 echo "== after: $busy_end ($elapsed s in all)"
 
-MACHINE="$BUILD/echo_machine.txt"
 {
   echo "cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
   echo "kernel=$(uname -sr)"
@@ -213,6 +219,8 @@ MACHINE="$BUILD/echo_machine.txt"
   echo "command=$command_line"
   echo "settings=client $CLIENT ($CLIENT_THREADS thread(s) for epoll), $SIZE-byte messages, ${WARMUP}s warm-up + ${RUN_SECONDS}s measured per run, median of $REPS"
 } >"$MACHINE"
+# ---- end of building and measuring ----
+fi
 
 python3 - "$RAW" "$MACHINE" "$OUT" <<'EOF'
 import json, statistics, sys
@@ -261,7 +269,7 @@ for layout in layouts:
         for impl in ("goro", "go"):
             v = list(by_rep[impl].values())
             if len(v) > 1: spreads.append(max(v) / min(v) - 1)
-        S.append(f"| {conns:,} | {f0(gr)} | {f0(orr)} | {'–' if ratio is None else f'{ratio:.2f}×'} | "
+        S.append(f"| {conns:,} | {f0(gr)} | {f0(orr)} | {'–' if ratio is None else f'{ratio:.3f}×'} | "
                  f"{', '.join(f'{x:.2f}' for x in paired) or '–'} | "
                  f"{us(med(g, 'p50_us'))} / {us(med(g, 'p99_us'))} | {us(med(o, 'p50_us'))} / {us(med(o, 'p99_us'))} | "
                  f"{pct(med(g, 'server_cpu'))} / {pct(med(o, 'server_cpu'))} | "
@@ -294,7 +302,7 @@ L.append("**Target (issue 4): goro ≥ 1.2× Go's requests/s at 100 and at 10,00
          "Median of each side's repetitions:\n")
 for layout, conns, ratio, eff in verdicts:
     L.append(f"- {layout}, {conns:,} connections: goro/Go requests/s = " +
-             ("no figure" if ratio is None else f"{ratio:.2f}× — **{'met' if ratio >= 1.2 else 'missed'}**") +
+             ("no figure" if ratio is None else f"{ratio:.3f}× — **{'met' if ratio >= 1.2 else 'missed'}**") +
              ("" if eff is None else f" (server CPU per request, Go/goro: {eff:.2f}×)"))
 L.append("")
 L.append("The figure in brackets is not the target: it compares how much CPU each server spent per "
@@ -326,6 +334,6 @@ L.append("- the machine is shared and noisy (see 'other load' above): the fastes
          "a neighbour's load; compare the two servers within one report, not across reports.")
 L.append("")
 open(out, "w").write("\n".join(L))
-print("\n".join(f"{l:6} {c:>5} connections: goro/Go = " + ("–" if r is None else f"{r:.2f}x ({'met' if r >= 1.2 else 'missed'})") + ("" if e is None else f"; CPU per request Go/goro = {e:.2f}x") for l, c, r, e in verdicts))
+print("\n".join(f"{l:6} {c:>5} connections: goro/Go = " + ("–" if r is None else f"{r:.3f}x ({'met' if r >= 1.2 else 'missed'})") + ("" if e is None else f"; CPU per request Go/goro = {e:.2f}x") for l, c, r, e in verdicts))
 print(f"wrote {out}")
 EOF
