@@ -274,7 +274,7 @@ G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) 
 }
 
 void PidlePutLocked(P* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
-  p->status = P::Status::kIdle;
+  SetPStatusByOwner(p, P::Status::kIdle);
   p->m = nullptr;
   p->link = sched.pidle;
   sched.pidle = p;
@@ -301,6 +301,7 @@ M* MidleGetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
 
 void AcquireP(M* m, P* p) {
   if (p->status != P::Status::kIdle || p->m != nullptr) Fatal("AcquireP: P is not idle");
+  if (m->p != nullptr) Fatal("AcquireP: M already has a P");
   p->status = P::Status::kRunning;
   p->m = m;
   m->p = p;
@@ -408,6 +409,8 @@ void StopM(M* m) {
   m->park.Clear();
   P* p = m->next_p;
   m->next_p = nullptr;
+  if (m->next_g != nullptr) Fatal("StopM: an idle M was handed a wired goroutine");
+  if (p == nullptr) Fatal("StopM: woken without a P");
   AcquireP(m, p);
 }
 
@@ -549,6 +552,10 @@ G* FindRunnable(M* m, bool* inherit) {
         sched.sleeper_polls = poll;
         sched.poll_until.store(next != 0 ? next : INT64_MAX);
         timer_sleep = true;
+      } else if (poll && !sched.sleeper_polls) {
+        // The sleeper went to sleep on its futex before anyone waited on I/O:
+        // nobody would call epoll_wait until its timer. Wake it to re-decide.
+        sched.timer_sleeper->park.Wakeup();
       }
     }
     if (timer_sleep) {
@@ -751,8 +758,8 @@ G* FinishSwitchOnG0(M* m) {
 G* StopLockedM(M* m) {
   if (P* p = m->p) {  // none if it lost it in a blocking call
     m->p = nullptr;
+    SetPStatusByOwner(p, P::Status::kIdle);
     p->m = nullptr;
-    p->status = P::Status::kIdle;
     HandoffP(p);
   }
   {
@@ -775,8 +782,8 @@ void StartLockedM(M* m, G* g) {
   M* lm = g->locked_m;
   P* p = m->p;
   m->p = nullptr;
+  SetPStatusByOwner(p, P::Status::kIdle);
   p->m = nullptr;
-  p->status = P::Status::kIdle;
   lm->next_p = p;
   lm->next_g = g;
   {
@@ -919,6 +926,18 @@ bool RevocationAvailable() { return revocation_available.load(std::memory_order_
 // with only a compiler barrier between. membarrier makes that enough: after it
 // returns, either the goroutine's raised preempt_off is visible here (so we
 // back off), or its check will see kRevoking and wait for our decision.
+void SetPStatusByOwner(P* p, P::Status s) {
+  P::Status cur = p->status.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur == P::Status::kRevoking) {
+      arch::CpuRelax();
+      cur = p->status.load(std::memory_order_acquire);
+      continue;
+    }
+    if (p->status.compare_exchange_weak(cur, s, std::memory_order_acq_rel)) return;
+  }
+}
+
 bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
   P::Status want = P::Status::kRunning;
   if (!p->status.compare_exchange_strong(want, P::Status::kRevoking, std::memory_order_seq_cst)) {
@@ -930,12 +949,16 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
                        p->schedtick.load(std::memory_order_seq_cst) == tick &&
                        g->preempt_off.load(std::memory_order_seq_cst) == 0 &&
                        !m->in_switch.load(std::memory_order_seq_cst);
+  // Owners never write over kRevoking (SetPStatusByOwner), so these CASes
+  // from it cannot fail; they are CASes so that a broken rule shows.
   if (!still_blocked) {
-    p->status.store(P::Status::kRunning, std::memory_order_release);
+    P::Status rev = P::Status::kRevoking;
+    if (!p->status.compare_exchange_strong(rev, P::Status::kRunning)) Fatal("TryRevokeP: status changed under it");
     return false;
   }
   p->m.store(nullptr, std::memory_order_release);
-  p->status.store(P::Status::kIdle, std::memory_order_release);
+  P::Status rev = P::Status::kRevoking;
+  if (!p->status.compare_exchange_strong(rev, P::Status::kIdle)) Fatal("TryRevokeP: status changed under it");
   m->revoked.store(true, std::memory_order_release);
   sched.handoffs.fetch_add(1, std::memory_order_relaxed);
   HandoffP(p);
@@ -1045,7 +1068,21 @@ void ReacquireP(M* m, G* g) {
   // The P was handed off while this goroutine blocked outside the runtime.
   m->p = nullptr;
   m->revoked.store(false, std::memory_order_release);
-  if (!TryAcquireIdleP(m)) SwitchToG0(m, g, SwitchRequest::kSyscallExit);
+  ReacquirePOnSameThread(m, g);
+}
+
+void ReacquirePOnSameThread(M* m, G* g) {
+  if (TryAcquireIdleP(m)) return;
+  bool wired = g->locked_m != nullptr;
+  if (!wired) {  // temporarily, for the hand-off
+    g->locked_m = m;
+    m->locked_g = g;
+  }
+  SwitchToG0(m, g, SwitchRequest::kSyscallExit);
+  if (!wired) {
+    g->locked_m = nullptr;
+    CurrentM()->locked_g = nullptr;  // the same M: that was the point
+  }
 }
 
 void PreemptCooperative() {

@@ -397,6 +397,9 @@ void PreemptCooperative();
 // takes another P or waits in the global queue. Cheap when the P is ours.
 inline void EnsurePAfterEntry(G* g);
 void ReacquireP(M* m, G* g);
+// Changes p's status on behalf of its owner (p->m), never over kRevoking:
+// sysmon's decision takes one membarrier, so this waits it out.
+void SetPStatusByOwner(P* p, P::Status s);
 // Sysmon: takes p from its M if the M's goroutine is still in user code on
 // the slice `tick` (it is blocked in an unmarked call); true if it did.
 bool TryRevokeP(P* p, M* m, G* g, uint32_t tick);
@@ -445,6 +448,12 @@ void WakeForTimer(int64_t when);
 void SwitchToG0(M* m, G* g, SwitchRequest req);
 // Takes an idle P for m if there is one.
 bool TryAcquireIdleP(M* m);
+// Gets m a P back after a blocking call lost it, without moving g to another
+// thread: an idle P if there is one, else g waits its turn in the global
+// queue while wired to m, and whoever picks it up hands m its P (the
+// LockOSThread hand-off). Not moving keeps thread-local state - errno, whose
+// address the compiler may have computed before the call - valid.
+void ReacquirePOnSameThread(M* m, G* g);
 // Writes errno through a fresh call: errno's address is per thread, and a
 // goroutine may have moved since a function computed it.
 void SetErrno(int v);

@@ -10,8 +10,10 @@
 //
 // Leaving: CAS kSyscall -> kRunning takes the P back if sysmon did not take
 // it (the common case: no system call beyond the user's own). Otherwise the
-// M grabs an idle P if there is one; failing that the goroutine goes to the
-// global run queue through g0 and the M joins the idle pool.
+// M grabs an idle P if there is one; failing that the goroutine waits its
+// turn in the global run queue, wired to this M for the moment, so that it
+// resumes on the same thread (Go moves it; goro keeps thread-local state such
+// as errno where the caller's code expects it).
 #include <cerrno>
 
 #include "core/fatal.h"
@@ -29,7 +31,7 @@ void EnterSyscall() {
   P* p = m->p;
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
   p->syscalltick.store(p->syscalltick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  p->status.store(P::Status::kSyscall, std::memory_order_seq_cst);
+  SetPStatusByOwner(p, P::Status::kSyscall);  // seq_cst CAS: see PreemptOne
   // A preemption signal sysmon decided to send before it saw kSyscall must
   // arrive now, not during the call (see PreemptOne).
   while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
@@ -47,7 +49,7 @@ void ExitSyscall() {
     // Sysmon handed our P to another M: take an idle one, or wait in the
     // global queue while this M goes idle (ScheduleOnG0).
     m->p = nullptr;
-    if (!TryAcquireIdleP(m)) SwitchToG0(m, g, SwitchRequest::kSyscallExit);
+    ReacquirePOnSameThread(m, g);
   }
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
