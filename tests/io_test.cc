@@ -1,0 +1,1073 @@
+// goro::io: blocking-style I/O that parks the goroutine (the network poller).
+//
+// Every test runs in the IoTest fixture, which checks that the test left no
+// file descriptor open (entries of /proc/self/fd) and no goroutine alive
+// (GetStats().goroutines_live) beyond what was there before the body ran.
+// The runtime has 2 Ps (TestOptions()). Waits are bounded by deadlines on the
+// I/O calls themselves and by the watchdog of RunBounded. Each test says what
+// would make it fail.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+namespace io = goro::io;
+using goro_test::Now;
+using goro_test::Since;
+
+// Deadlines are absl::Time (wall clock); the runtime converts them to its
+// monotonic clock. A millisecond of slack on lower bounds covers that
+// conversion, nothing else.
+constexpr absl::Duration kClockSlack = absl::Milliseconds(1);
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+// Open file descriptors of this process (not counting the directory's own).
+int CountOpenFds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n - 1;
+}
+
+std::string ListOpenFds() {
+  std::string out;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return "?";
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[256] = {};
+    std::string link = absl::StrCat("/proc/self/fd/", e->d_name);
+    ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    absl::StrAppend(&out, " ", e->d_name, "->", n > 0 ? target : "?");
+  }
+  closedir(d);
+  return out;
+}
+
+int64_t Live() { return goro::GetStats().goroutines_live; }
+
+// A byte of a reproducible pattern.
+uint8_t PatternByte(size_t i, uint32_t seed) {
+  uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull + seed;
+  x ^= x >> 29;
+  return static_cast<uint8_t>(x ^ (x >> 11) ^ (i >> 12));
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = PatternByte(i, seed);
+  return v;
+}
+
+// Reads exactly n bytes (an early end of file is an error).
+absl::Status ReadFull(int fd, void* buf, size_t n, absl::Time deadline) {
+  auto* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    absl::StatusOr<size_t> r = io::Read(fd, p + got, n - got, deadline);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return absl::DataLossError(absl::StrCat("end of file after ", got, " of ", n, " bytes"));
+    got += *r;
+  }
+  return absl::OkStatus();
+}
+
+// A non-blocking TCP listener on 127.0.0.1 (an ephemeral port).
+int Listen(sockaddr_in* addr, int backlog = SOMAXCONN) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, backlog) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *addr = a;
+  return fd;
+}
+
+int TcpSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0); }
+
+const sockaddr* Sa(const sockaddr_in& a) { return reinterpret_cast<const sockaddr*>(&a); }
+
+// Raises the soft RLIMIT_NOFILE to the hard limit. Returns false (and why)
+// if the hard limit is below `need`.
+bool RaiseFdLimit(rlim_t need, std::string* why) {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    *why = absl::StrCat("getrlimit: ", strerror(errno));
+    return false;
+  }
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_max < need || rl.rlim_cur < need) {
+    *why = absl::StrCat("RLIMIT_NOFILE is ", rl.rlim_cur, " (hard limit ", rl.rlim_max, "); this test needs ",
+                        need, " file descriptors (raise the hard limit, e.g. `ulimit -Hn ", need,
+                        "` as root, to run it)");
+    return false;
+  }
+  return true;
+}
+
+bool IsBadFdError(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) || absl::IsInvalidArgument(s);
+}
+
+// ---------------------------------------------------------------------------
+// The fixture: a started runtime with its poller, and a leak check.
+
+class IoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    goro_test::StartRuntime();
+    // The poller creates its epoll instance and eventfd on first use: make
+    // that happen before the baseline is taken.
+    int p[2];
+    ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+    char c = 'w';
+    ASSERT_TRUE(io::Write(p[1], &c, 1).ok());
+    ASSERT_TRUE(io::Read(p[0], &c, 1).ok());
+    ASSERT_TRUE(io::Close(p[0]).ok());
+    ASSERT_TRUE(io::Close(p[1]).ok());
+    goro_test::Eventually([] { return Live() == 0; }, absl::Seconds(10));
+    fds0_ = CountOpenFds();
+    live0_ = Live();
+  }
+
+  void TearDown() override {
+    bool ok = goro_test::Eventually([&] { return CountOpenFds() == fds0_ && Live() == live0_; },
+                                    absl::Seconds(10));
+    EXPECT_TRUE(ok) << "leak: " << CountOpenFds() << " open fds (baseline " << fds0_ << "), " << Live()
+                    << " live goroutines (baseline " << live0_ << "); open:" << ListOpenFds();
+  }
+
+  int fds0_ = 0;
+  int64_t live0_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Pipes, socketpairs, eventfds.
+//
+// Fails if a Read parked on an empty pipe is not woken when data arrives (the
+// watchdog or the 10 s deadline), if bytes are lost, reordered or duplicated,
+// or if the end of file is not reported as 0 bytes (once the writer closed,
+// and again on the next Read).
+
+TEST_F(IoTest, PipeReadWriteAndEofReturnsZero) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  const std::vector<std::string> msgs = {"first", " second message", " and a third, longer one", "!"};
+  std::string want;
+  for (const auto& m : msgs) want += m;
+  std::string got;
+  absl::Status err;
+  int eofs = 0;
+  goro_test::RunBounded(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          char buf[7];  // smaller than the messages: several reads each
+          for (;;) {
+            absl::StatusOr<size_t> r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(10)));
+            if (!r.ok()) {
+              err = r.status();
+              break;
+            }
+            if (*r == 0) {
+              ++eofs;
+              // End of file stays end of file.
+              absl::StatusOr<size_t> again = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(10)));
+              if (again.ok() && *again == 0) ++eofs;
+              break;
+            }
+            got.append(buf, *r);
+          }
+          wg.Done();
+        });
+        for (const auto& m : msgs) {
+          absl::StatusOr<size_t> w = io::Write(p[1], m.data(), m.size(), In(absl::Seconds(10)));
+          EXPECT_TRUE(w.ok()) << w.status();
+          if (w.ok()) {
+            EXPECT_EQ(*w, m.size());
+          }
+          goro::SleepFor(absl::Milliseconds(5));  // the reader parks in between
+        }
+        EXPECT_TRUE(io::Close(p[1]).ok());
+        wg.Wait();
+        EXPECT_TRUE(io::Close(p[0]).ok());
+      },
+      absl::Seconds(25));
+  EXPECT_TRUE(err.ok()) << err;
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(eofs, 2) << "Read did not return 0 at end of file (twice)";
+}
+
+TEST_F(IoTest, SocketpairPingPong) {
+  int s[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
+  constexpr int kRounds = 2000;
+  int bad = 0;
+  goro_test::RunBounded(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          // Echoes each number plus one until end of file.
+          for (;;) {
+            uint32_t v;
+            absl::Status st = ReadFull(s[1], &v, sizeof v, In(absl::Seconds(10)));
+            if (!st.ok()) {
+              if (!absl::IsDataLoss(st)) ADD_FAILURE() << st;  // DataLoss: end of file
+              break;
+            }
+            ++v;
+            absl::StatusOr<size_t> w = io::Write(s[1], &v, sizeof v, In(absl::Seconds(10)));
+            if (!w.ok()) {
+              ADD_FAILURE() << w.status();
+              break;
+            }
+          }
+          wg.Done();
+        });
+        for (uint32_t i = 0; i < kRounds; ++i) {
+          uint32_t v = i * 3;
+          absl::StatusOr<size_t> w = io::Write(s[0], &v, sizeof v, In(absl::Seconds(10)));
+          ASSERT_TRUE(w.ok()) << w.status();
+          absl::Status st = ReadFull(s[0], &v, sizeof v, In(absl::Seconds(10)));
+          ASSERT_TRUE(st.ok()) << st;
+          if (v != i * 3 + 1) ++bad;
+        }
+        EXPECT_TRUE(io::Close(s[0]).ok());
+        wg.Wait();
+        EXPECT_TRUE(io::Close(s[1]).ok());
+      },
+      absl::Seconds(25));
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(IoTest, EventfdReadBlocksUntilWritten) {
+  int e = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(e, 0);
+  goro_test::RunBounded(
+      [&] {
+        std::atomic<bool> returned{false};
+        uint64_t got = 0;
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          absl::StatusOr<size_t> r = io::Read(e, &got, sizeof got, In(absl::Seconds(10)));
+          EXPECT_TRUE(r.ok()) << r.status();
+          if (r.ok()) {
+            EXPECT_EQ(*r, sizeof got);
+          }
+          returned = true;
+          wg.Done();
+        });
+        goro::SleepFor(absl::Milliseconds(30));
+        EXPECT_FALSE(returned.load()) << "Read on an eventfd with a zero count did not block";
+        uint64_t three = 3;
+        ASSERT_TRUE(io::Write(e, &three, sizeof three).ok());
+        wg.Wait();
+        EXPECT_EQ(got, 3u);
+
+        // Two writes add up; one read takes the sum and resets the count.
+        uint64_t four = 4, five = 5;
+        ASSERT_TRUE(io::Write(e, &four, sizeof four).ok());
+        ASSERT_TRUE(io::Write(e, &five, sizeof five).ok());
+        uint64_t sum = 0;
+        absl::StatusOr<size_t> r = io::Read(e, &sum, sizeof sum, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(sum, 9u);
+        r = io::Read(e, &sum, sizeof sum, In(absl::Milliseconds(20)));
+        EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+        EXPECT_TRUE(io::Close(e).ok());
+      },
+      absl::Seconds(25));
+}
+
+// 8 MiB through a socketpair with a small send buffer, in one Write call,
+// while the reader reads in small pieces and sleeps now and then.
+//
+// Fails if Write returns after a partial write (less than 8 MiB), gives up on
+// EAGAIN instead of waiting for the socket to drain, is not woken when the
+// reader makes room (watchdog / deadline), or corrupts the data.
+TEST_F(IoTest, LargeWriteCompletesAgainstSlowReader) {
+  constexpr size_t kSize = size_t{8} << 20;
+  int s[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
+  int sndbuf = 64 << 10;
+  setsockopt(s[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  const std::vector<uint8_t> data = Pattern(kSize, 17);
+  std::vector<uint8_t> got;
+  got.reserve(kSize);
+  absl::StatusOr<size_t> written = absl::UnknownError("not run");
+  absl::Status read_err;
+  int reads = 0;
+  goro_test::RunBounded(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          std::vector<uint8_t> buf(24 << 10);
+          for (;;) {
+            absl::StatusOr<size_t> r = io::Read(s[1], buf.data(), buf.size(), In(absl::Seconds(20)));
+            if (!r.ok()) {
+              read_err = r.status();
+              break;
+            }
+            if (*r == 0) break;
+            got.insert(got.end(), buf.begin(), buf.begin() + *r);
+            if (++reads % 16 == 0) goro::SleepFor(absl::Milliseconds(2));  // slow
+          }
+          wg.Done();
+        });
+        written = io::Write(s[0], data.data(), data.size(), In(absl::Seconds(20)));
+        EXPECT_TRUE(io::Close(s[0]).ok());  // the reader sees end of file
+        wg.Wait();
+        EXPECT_TRUE(io::Close(s[1]).ok());
+      },
+      absl::Seconds(28));
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, kSize);
+  EXPECT_TRUE(read_err.ok()) << read_err;
+  ASSERT_EQ(got.size(), kSize);
+  size_t first_diff = std::mismatch(got.begin(), got.end(), data.begin()).first - got.begin();
+  EXPECT_EQ(first_diff, kSize) << "data differ from byte " << first_diff;
+  EXPECT_GT(reads, 16) << "the reader should have needed many reads";
+}
+
+// ---------------------------------------------------------------------------
+// Deadlines.
+//
+// Fail if a deadline does not fire (the read would wait for the 2 s bound and
+// beyond; the watchdog ends it), fires early, leaves the fd unusable (a stale
+// waiter makes the next wait fail with "already waiting"), or if a deadline
+// already past still blocks.
+
+TEST_F(IoTest, ReadDeadlineOnEmptyPipe) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  goro_test::RunBounded(
+      [&] {
+        char c;
+        auto t0 = Now();
+        absl::StatusOr<size_t> r = io::Read(p[0], &c, 1, In(absl::Milliseconds(50)));
+        absl::Duration took = Since(t0);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+        EXPECT_GE(took, absl::Milliseconds(50) - kClockSlack);
+        EXPECT_LT(took, absl::Seconds(2));
+
+        // Again, several times: each wait cleans up after itself.
+        for (int i = 0; i < 5; ++i) {
+          t0 = Now();
+          r = io::Read(p[0], &c, 1, In(absl::Milliseconds(10)));
+          EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << "round " << i << ": " << r.status();
+          EXPECT_GE(Since(t0), absl::Milliseconds(10) - kClockSlack);
+        }
+
+        // The fd still works: data written later is read before the deadline.
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(20));
+          EXPECT_TRUE(io::Write(p[1], "z", 1).ok());
+        });
+        t0 = Now();
+        r = io::Read(p[0], &c, 1, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(*r, 1u);
+        EXPECT_EQ(c, 'z');
+        EXPECT_LT(Since(t0), absl::Seconds(5));
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        EXPECT_TRUE(io::Close(p[1]).ok());
+      },
+      absl::Seconds(25));
+}
+
+TEST_F(IoTest, DeadlineInThePastFailsAtOnce) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  sockaddr_in addr;
+  int lfd = Listen(&addr);
+  ASSERT_GE(lfd, 0);
+  goro_test::RunBounded(
+      [&] {
+        char c;
+        for (absl::Time past : {absl::Now() - absl::Seconds(1), absl::InfinitePast()}) {
+          auto t0 = Now();
+          absl::StatusOr<size_t> r = io::Read(p[0], &c, 1, past);
+          EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+          absl::Status w = io::WaitReadable(p[0], past);
+          EXPECT_TRUE(absl::IsDeadlineExceeded(w)) << w;
+          absl::StatusOr<int> a = io::Accept(lfd, past);
+          EXPECT_TRUE(absl::IsDeadlineExceeded(a.status())) << a.status();
+          if (a.ok()) close(*a);
+          EXPECT_LT(Since(t0), absl::Milliseconds(500)) << "a deadline in the past blocked";
+        }
+        // A full pipe: Write with a past deadline fails at once too.
+        std::vector<char> big(1 << 20, 'x');
+        absl::StatusOr<size_t> w = io::Write(p[1], big.data(), big.size(), In(absl::Milliseconds(20)));
+        EXPECT_TRUE(absl::IsDeadlineExceeded(w.status())) << "filling the pipe: " << w.status();
+        auto t0 = Now();
+        w = io::Write(p[1], big.data(), big.size(), absl::Now() - absl::Seconds(1));
+        EXPECT_TRUE(absl::IsDeadlineExceeded(w.status())) << w.status();
+        absl::Status ww = io::WaitWritable(p[1], absl::InfinitePast());
+        EXPECT_TRUE(absl::IsDeadlineExceeded(ww)) << ww;
+        EXPECT_LT(Since(t0), absl::Milliseconds(500));
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        EXPECT_TRUE(io::Close(p[1]).ok());
+        EXPECT_TRUE(io::Close(lfd).ok());
+      },
+      absl::Seconds(25));
+}
+
+TEST_F(IoTest, WriteDeadlineOnFullPipe) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  goro_test::RunBounded(
+      [&] {
+        std::vector<char> big(4 << 20, 'y');  // far more than a pipe holds
+        auto t0 = Now();
+        absl::StatusOr<size_t> w = io::Write(p[1], big.data(), big.size(), In(absl::Milliseconds(50)));
+        absl::Duration took = Since(t0);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(w.status())) << w.status();
+        EXPECT_GE(took, absl::Milliseconds(50) - kClockSlack);
+        EXPECT_LT(took, absl::Seconds(2));
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        EXPECT_TRUE(io::Close(p[1]).ok());
+      },
+      absl::Seconds(25));
+}
+
+TEST_F(IoTest, WaitReadableWithDeadline) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  goro_test::RunBounded(
+      [&] {
+        auto t0 = Now();
+        absl::Status s = io::WaitReadable(p[0], In(absl::Milliseconds(50)));
+        absl::Duration took = Since(t0);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_GE(took, absl::Milliseconds(50) - kClockSlack);
+        EXPECT_LT(took, absl::Seconds(2));
+
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(30));
+          EXPECT_TRUE(io::Write(p[1], "ab", 2).ok());
+        });
+        t0 = Now();
+        s = io::WaitReadable(p[0], In(absl::Seconds(10)));
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_LT(Since(t0), absl::Seconds(5));
+        // Waiting consumed nothing: the bytes are all there.
+        char buf[4] = {};
+        absl::StatusOr<size_t> r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(1)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(std::string(buf, *r), "ab");
+
+        // An empty pipe's write end is writable.
+        s = io::WaitWritable(p[1], In(absl::Seconds(10)));
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        EXPECT_TRUE(io::Close(p[1]).ok());
+      },
+      absl::Seconds(25));
+}
+
+// ---------------------------------------------------------------------------
+// io::Close wakes waiters.
+//
+// Fails if Close does not wake a goroutine (or plain thread) parked on the
+// fd: it would sleep until its 10 s deadline and then report
+// DeadlineExceeded instead of CancelledError.
+
+TEST_F(IoTest, CloseWakesBlockedReaderWriterAndAcceptor) {
+  int p[2], q[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(q, O_CLOEXEC), 0);
+  sockaddr_in addr;
+  int lfd = Listen(&addr);
+  ASSERT_GE(lfd, 0);
+  absl::Status read_st, write_st, accept_st;
+  absl::Duration read_took, write_took, accept_took;
+  goro_test::RunBounded(
+      [&] {
+        // Fill q so that a writer blocks.
+        std::vector<char> big(1 << 20, 'q');
+        absl::StatusOr<size_t> fill = io::Write(q[1], big.data(), big.size(), In(absl::Milliseconds(20)));
+        ASSERT_TRUE(absl::IsDeadlineExceeded(fill.status())) << fill.status();
+        std::atomic<int> started{0};
+        goro::WaitGroup wg;
+        wg.Add(3);
+        goro::Go([&] {
+          char c;
+          started++;
+          auto t0 = Now();
+          read_st = io::Read(p[0], &c, 1, In(absl::Seconds(10))).status();
+          read_took = Since(t0);
+          wg.Done();
+        });
+        goro::Go([&] {
+          started++;
+          auto t0 = Now();
+          write_st = io::Write(q[1], big.data(), big.size(), In(absl::Seconds(10))).status();
+          write_took = Since(t0);
+          wg.Done();
+        });
+        goro::Go([&] {
+          started++;
+          auto t0 = Now();
+          absl::StatusOr<int> a = io::Accept(lfd, In(absl::Seconds(10)));
+          accept_st = a.status();
+          if (a.ok()) close(*a);
+          accept_took = Since(t0);
+          wg.Done();
+        });
+        goro_test::Eventually([&] { return started.load() == 3; });
+        goro::SleepFor(absl::Milliseconds(50));  // they park
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        EXPECT_TRUE(io::Close(q[1]).ok());
+        EXPECT_TRUE(io::Close(lfd).ok());
+        wg.Wait();
+        EXPECT_TRUE(io::Close(p[1]).ok());
+        EXPECT_TRUE(io::Close(q[0]).ok());
+      },
+      absl::Seconds(25));
+  EXPECT_TRUE(absl::IsCancelled(read_st)) << "Read: " << read_st;
+  EXPECT_TRUE(absl::IsCancelled(write_st)) << "Write: " << write_st;
+  EXPECT_TRUE(absl::IsCancelled(accept_st)) << "Accept: " << accept_st;
+  EXPECT_LT(read_took, absl::Seconds(5));
+  EXPECT_LT(write_took, absl::Seconds(5));
+  EXPECT_LT(accept_took, absl::Seconds(5));
+}
+
+TEST_F(IoTest, CloseWakesPlainThreadReader) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  std::atomic<bool> started{false}, returned{false};
+  absl::Status st;
+  absl::Duration took;
+  goro_test::Watchdog dog(absl::Seconds(25), "plain thread reader");
+  std::thread reader([&] {
+    char c;
+    started = true;
+    auto t0 = Now();
+    st = io::Read(p[0], &c, 1, In(absl::Seconds(10))).status();
+    took = Since(t0);
+    returned = true;
+  });
+  ASSERT_TRUE(goro_test::Eventually([&] { return started.load(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());
+  EXPECT_TRUE(io::Close(p[0]).ok());
+  reader.join();
+  EXPECT_TRUE(absl::IsCancelled(st)) << st;
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_TRUE(io::Close(p[1]).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Bad file descriptors: an error status, never a crash.
+//
+// Fails (crash) if a negative or huge fd indexes the poller's table, or if a
+// closed fd is treated as open; fails if the status is not the documented
+// one (FailedPrecondition for EBADF, InvalidArgument for impossible numbers).
+
+void CheckBadFd(int fd, const char* what) {
+  SCOPED_TRACE(absl::StrCat(what, " (fd ", fd, ")"));
+  char buf[4] = {};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  absl::Time dl = In(absl::Seconds(1));
+  absl::Status r = io::Read(fd, buf, sizeof buf, dl).status();
+  absl::Status w = io::Write(fd, buf, sizeof buf, dl).status();
+  absl::Status a = io::Accept(fd, dl).status();
+  absl::Status c = io::Connect(fd, Sa(addr), sizeof addr, dl);
+  absl::Status wr = io::WaitReadable(fd, dl);
+  absl::Status ww = io::WaitWritable(fd, dl);
+  for (const absl::Status& s : {r, w, a, c, wr, ww}) {
+    EXPECT_TRUE(IsBadFdError(s)) << s;
+    if (fd >= 0 && fd < (1 << 20)) {
+      EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    }
+  }
+}
+
+TEST_F(IoTest, BadFdsGiveErrorsNeverCrash) {
+  // A number that was never open... (the lowest free number is what the next
+  // open gets, so this is free right after closing it).
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  close(p[0]);
+  close(p[1]);
+  const int never_registered = p[0];
+  // ...and one that was used through io and closed with io::Close.
+  int q[2];
+  ASSERT_EQ(pipe2(q, O_CLOEXEC), 0);
+  ASSERT_TRUE(io::Write(q[1], "x", 1).ok());
+  ASSERT_TRUE(io::Close(q[1]).ok());
+  ASSERT_TRUE(io::Close(q[0]).ok());
+  const int io_closed = q[0];
+
+  auto check_all = [&] {
+    CheckBadFd(-1, "-1");
+    CheckBadFd(INT_MIN, "INT_MIN");
+    CheckBadFd(INT_MAX, "INT_MAX");
+    CheckBadFd(1 << 30, "2^30");
+    CheckBadFd(never_registered, "closed, never used with io");
+    CheckBadFd(io_closed, "closed with io::Close");
+    EXPECT_TRUE(IsBadFdError(io::Close(-1)));
+    EXPECT_TRUE(IsBadFdError(io::Close(INT_MAX)));
+    EXPECT_TRUE(absl::IsFailedPrecondition(io::Close(io_closed))) << "closing twice";
+  };
+  {
+    SCOPED_TRACE("on a plain thread");
+    check_all();
+  }
+  {
+    SCOPED_TRACE("on a goroutine");
+    goro_test::RunBounded(check_all, absl::Seconds(25));
+  }
+  // A closed fd still works as a regular number afterwards.
+  int r[2];
+  ASSERT_EQ(pipe2(r, O_CLOEXEC), 0);
+  goro_test::RunBounded(
+      [&] {
+        ASSERT_TRUE(io::Write(r[1], "ok", 2).ok());
+        char buf[2];
+        ASSERT_TRUE(ReadFull(r[0], buf, 2, In(absl::Seconds(5))).ok());
+        EXPECT_EQ(std::string(buf, 2), "ok");
+      },
+      absl::Seconds(25));
+  EXPECT_TRUE(io::Close(r[0]).ok());
+  EXPECT_TRUE(io::Close(r[1]).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Writes to a peer that is gone: UnavailableError.
+//
+// Fails if EPIPE / ECONNRESET map to anything else, or if the write raises
+// SIGPIPE (the process would die: see IoChildTest below for pipes).
+
+TEST_F(IoTest, WriteToResetPeerIsUnavailable) {
+  goro_test::RunBounded(
+      [&] {
+        // A socketpair whose other end is closed: EPIPE.
+        int s[2];
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
+        close(s[1]);
+        absl::StatusOr<size_t> w = io::Write(s[0], "hello", 5, In(absl::Seconds(5)));
+        EXPECT_TRUE(absl::IsUnavailable(w.status())) << "socketpair: " << w.status();
+        EXPECT_TRUE(io::Close(s[0]).ok());
+
+        // TCP reset by the peer (SO_LINGER 0 sends RST): ECONNRESET or EPIPE.
+        sockaddr_in addr;
+        int lfd = Listen(&addr);
+        ASSERT_GE(lfd, 0);
+        int c = TcpSocket();
+        ASSERT_GE(c, 0);
+        ASSERT_TRUE(io::Connect(c, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
+        absl::StatusOr<int> a = io::Accept(lfd, In(absl::Seconds(5)));
+        ASSERT_TRUE(a.ok()) << a.status();
+        linger lg{1, 0};
+        ASSERT_EQ(setsockopt(*a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+        EXPECT_TRUE(io::Close(*a).ok());
+        absl::Status last;
+        for (int i = 0; i < 100; ++i) {
+          last = io::Write(c, "data", 4, In(absl::Seconds(5))).status();
+          if (!last.ok()) break;
+          goro::SleepFor(absl::Milliseconds(5));
+        }
+        EXPECT_TRUE(absl::IsUnavailable(last)) << "TCP after RST: " << last;
+        EXPECT_TRUE(io::Close(c).ok());
+        EXPECT_TRUE(io::Close(lfd).ok());
+      },
+      absl::Seconds(25));
+}
+
+// A pipe whose read end is closed: write(2) fails with EPIPE *and* raises
+// SIGPIPE, whose default action ends the process. io::Write must return
+// UnavailableError (as Go does for every fd but stdout/stderr), so the
+// runtime has to keep SIGPIPE from killing the process. Runs in a child
+// process so that a death is reported as such.
+[[noreturn]] void PipeEpipeChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "pipe EPIPE child");
+  int failures = 0;
+  goro::Run(
+      [&] {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) {
+          ++failures;
+          return;
+        }
+        close(p[0]);
+        absl::StatusOr<size_t> w = io::Write(p[1], "hello", 5, In(absl::Seconds(5)));
+        if (!absl::IsUnavailable(w.status())) {
+          fprintf(stderr, "io::Write to a pipe with no reader: %s (want UNAVAILABLE)\n",
+                  w.status().ToString().c_str());
+          ++failures;
+        }
+        (void)io::Close(p[1]);
+      },
+      goro_test::TestOptions());
+  fprintf(stderr, "survived the write (failures: %d)\n", failures);
+  fflush(stderr);
+  _exit(failures == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, PipeWriteWithNoReaderIsUnavailableNotSigpipe) {
+  EXPECT_EXIT(PipeEpipeChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------------------
+// TCP on 127.0.0.1.
+//
+// Fails if Accept ignores its deadline, if a non-blocking connect is not
+// waited for (Connect returns before the connection exists, or never), if
+// the accepted fd is not non-blocking / close-on-exec as documented, if a
+// reader and a writer on the same socket (two goroutines) disturb each
+// other, or if any byte of the echo differs. A connection to a port nobody
+// listens on must fail with an error, not hang.
+
+TEST_F(IoTest, TcpAcceptDeadlineConnectEcho) {
+  sockaddr_in addr;
+  int lfd = Listen(&addr);
+  ASSERT_GE(lfd, 0);
+  const std::vector<uint8_t> data = Pattern(300 << 10, 5);
+  goro_test::RunBounded(
+      [&] {
+        auto t0 = Now();
+        absl::StatusOr<int> none = io::Accept(lfd, In(absl::Milliseconds(50)));
+        absl::Duration took = Since(t0);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(none.status())) << none.status();
+        if (none.ok()) close(*none);
+        EXPECT_GE(took, absl::Milliseconds(50) - kClockSlack);
+        EXPECT_LT(took, absl::Seconds(2));
+
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {  // the server: echoes one connection until end of file
+          absl::StatusOr<int> c = io::Accept(lfd, In(absl::Seconds(10)));
+          if (!c.ok()) {
+            ADD_FAILURE() << c.status();
+            wg.Done();
+            return;
+          }
+          EXPECT_NE(fcntl(*c, F_GETFL) & O_NONBLOCK, 0) << "accepted fd is blocking";
+          EXPECT_NE(fcntl(*c, F_GETFD) & FD_CLOEXEC, 0) << "accepted fd is not close-on-exec";
+          std::vector<char> buf(16 << 10);
+          for (;;) {
+            absl::StatusOr<size_t> r = io::Read(*c, buf.data(), buf.size(), In(absl::Seconds(10)));
+            if (!r.ok()) {
+              ADD_FAILURE() << "server read: " << r.status();
+              break;
+            }
+            if (*r == 0) break;
+            absl::StatusOr<size_t> w = io::Write(*c, buf.data(), *r, In(absl::Seconds(10)));
+            if (!w.ok()) {
+              ADD_FAILURE() << "server write: " << w.status();
+              break;
+            }
+          }
+          EXPECT_TRUE(io::Close(*c).ok());
+          wg.Done();
+        });
+
+        int s = TcpSocket();
+        ASSERT_GE(s, 0);
+        absl::Status cs = io::Connect(s, Sa(addr), sizeof addr, In(absl::Seconds(10)));
+        ASSERT_TRUE(cs.ok()) << cs;
+        // Write and read at the same time, from two goroutines.
+        std::vector<uint8_t> echoed(data.size());
+        absl::Status read_st;
+        goro::WaitGroup rd;
+        rd.Add(1);
+        goro::Go([&] {
+          read_st = ReadFull(s, echoed.data(), echoed.size(), In(absl::Seconds(15)));
+          rd.Done();
+        });
+        absl::StatusOr<size_t> w = io::Write(s, data.data(), data.size(), In(absl::Seconds(15)));
+        EXPECT_TRUE(w.ok()) << w.status();
+        rd.Wait();
+        EXPECT_TRUE(read_st.ok()) << read_st;
+        EXPECT_TRUE(echoed == data) << "echo differs";
+        EXPECT_TRUE(io::Close(s).ok());  // the server sees end of file
+        wg.Wait();
+
+        // Nobody listens on this port any more.
+        EXPECT_TRUE(io::Close(lfd).ok());
+        int s2 = TcpSocket();
+        ASSERT_GE(s2, 0);
+        t0 = Now();
+        absl::Status refused = io::Connect(s2, Sa(addr), sizeof addr, In(absl::Seconds(10)));
+        EXPECT_FALSE(refused.ok());
+        EXPECT_FALSE(absl::IsDeadlineExceeded(refused)) << refused;
+        EXPECT_LT(Since(t0), absl::Seconds(5));
+        EXPECT_TRUE(io::Close(s2).ok());
+      },
+      absl::Seconds(25));
+}
+
+// n concurrent loopback connections, each echoing a short message.
+//
+// Every client holds its connection open until all n have got their echo, so
+// at that moment 2n sockets are open at once (checked). Fails if the poller
+// loses a wake-up among thousands of registered fds (a client waits until
+// its deadline), mixes up fds (wrong bytes back), or if anything leaks.
+void EchoMany(int n, absl::Duration limit) {
+  sockaddr_in addr;
+  const int lfd = Listen(&addr, 65535);  // the kernel caps it at somaxconn
+  ASSERT_GE(lfd, 0);
+  const int fds_before = CountOpenFds();
+  std::atomic<int> ok_clients{0}, failed_clients{0}, server_errors{0};
+  std::atomic<int> peak_extra_fds{0};
+  absl::Mutex mu;
+  std::string first_error;
+  auto note_error = [&](const std::string& e) {
+    absl::MutexLock l(&mu);
+    if (first_error.empty()) first_error = e;
+  };
+  auto start = Now();
+  goro_test::RunBounded(
+      [&] {
+        const absl::Time deadline = In(limit);
+        std::atomic<bool> closing{false};
+        goro::WaitGroup servers, acceptor, clients, echoed;
+        goro::Chan<int> release;  // closed when every client has its echo
+
+        acceptor.Add(1);
+        goro::Go([&] {
+          for (;;) {
+            absl::StatusOr<int> c = io::Accept(lfd, deadline);
+            if (!c.ok()) {
+              if (!closing.load()) {
+                server_errors++;
+                note_error(absl::StrCat("accept: ", c.status().ToString()));
+              }
+              break;
+            }
+            servers.Add(1);
+            int fd = *c;
+            goro::Go([&, fd] {
+              char buf[256];
+              for (;;) {
+                absl::StatusOr<size_t> r = io::Read(fd, buf, sizeof buf, deadline);
+                if (!r.ok()) {
+                  server_errors++;
+                  note_error(absl::StrCat("server read: ", r.status().ToString()));
+                  break;
+                }
+                if (*r == 0) break;
+                absl::StatusOr<size_t> w = io::Write(fd, buf, *r, deadline);
+                if (!w.ok()) {
+                  server_errors++;
+                  note_error(absl::StrCat("server write: ", w.status().ToString()));
+                  break;
+                }
+              }
+              (void)io::Close(fd);
+              servers.Done();
+            });
+          }
+          acceptor.Done();
+        });
+
+        clients.Add(n);
+        echoed.Add(n);
+        for (int i = 0; i < n; ++i) {
+          goro::Go([&, i] {
+            bool ok = false;
+            std::string why;
+            int s = TcpSocket();
+            if (s < 0) {
+              why = absl::StrCat("socket: ", strerror(errno));
+            } else if (absl::Status cs = io::Connect(s, Sa(addr), sizeof addr, deadline); !cs.ok()) {
+              why = absl::StrCat("connect: ", cs.ToString());
+            } else {
+              std::string msg = absl::StrCat("client ", i, " of ", n, " says ", i * 7919 % 100003, ".");
+              std::string back(msg.size(), '\0');
+              absl::StatusOr<size_t> w = io::Write(s, msg.data(), msg.size(), deadline);
+              absl::Status r = w.ok() ? ReadFull(s, back.data(), back.size(), deadline) : w.status();
+              if (!r.ok()) {
+                why = absl::StrCat("echo: ", r.ToString());
+              } else if (back != msg) {
+                why = absl::StrCat("client ", i, " got '", back, "' for '", msg, "'");
+              } else {
+                ok = true;
+              }
+            }
+            if (ok) {
+              ok_clients++;
+            } else {
+              failed_clients++;
+              note_error(why);
+            }
+            echoed.Done();
+            (void)release.Recv();  // hold the connection until everyone has echoed
+            if (s >= 0) (void)io::Close(s);
+            clients.Done();
+          });
+        }
+        echoed.Wait();
+        peak_extra_fds = CountOpenFds() - fds_before;
+        release.Close();
+        clients.Wait();
+        // Every accepted connection has its echo goroutine by now (a client
+        // got its echo only after the acceptor's servers.Add).
+        servers.Wait();
+        closing = true;
+        (void)io::Close(lfd);  // wakes the acceptor with CancelledError
+        acceptor.Wait();
+      },
+      limit + absl::Seconds(5));
+  absl::Duration took = Since(start);
+  fprintf(stderr, "%d connections: %s, peak %d extra fds, %d threads\n", n, absl::FormatDuration(took).c_str(),
+          peak_extra_fds.load(), goro::GetStats().threads);
+  EXPECT_EQ(ok_clients.load(), n) << failed_clients.load() << " clients failed; first error: " << first_error;
+  EXPECT_EQ(server_errors.load(), 0) << "first error: " << first_error;
+  EXPECT_GE(peak_extra_fds.load(), 2 * n) << "the connections were not all open at once";
+}
+
+TEST_F(IoTest, TwoThousandConcurrentTcpConnections) {
+  std::string why;
+  if (!RaiseFdLimit(4200, &why)) GTEST_SKIP() << why;
+  EchoMany(2000, absl::Seconds(20));
+}
+
+TEST_F(IoTest, TenThousandConcurrentTcpConnections) {
+  std::string why;
+  if (!RaiseFdLimit(20100, &why)) GTEST_SKIP() << why;
+  EchoMany(10000, absl::Seconds(22));
+}
+
+// ---------------------------------------------------------------------------
+// Regular files: epoll refuses them, so io falls back to a marked blocking
+// call. Fails if the fallback is missing (epoll_ctl's EPERM would surface as
+// an error), if Write stops after a partial write, or if data differ.
+
+TEST_F(IoTest, RegularFileGoesThroughSyscallFallback) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/goro_io_test_XXXXXX");
+  int fd = mkstemp(path.data());
+  ASSERT_GE(fd, 0) << strerror(errno);
+  const std::vector<uint8_t> data = Pattern((1 << 20) + 3, 99);
+  std::vector<uint8_t> got;
+  goro_test::RunBounded(
+      [&] {
+        absl::StatusOr<size_t> w = io::Write(fd, data.data(), data.size(), In(absl::Seconds(10)));
+        ASSERT_TRUE(w.ok()) << w.status();
+        EXPECT_EQ(*w, data.size());
+        EXPECT_TRUE(io::WaitReadable(fd, In(absl::Seconds(1))).ok());
+        EXPECT_TRUE(io::WaitWritable(fd, In(absl::Seconds(1))).ok());
+        ASSERT_EQ(lseek(fd, 0, SEEK_SET), 0);
+        std::vector<uint8_t> buf(64 << 10);
+        for (;;) {
+          absl::StatusOr<size_t> r = io::Read(fd, buf.data(), buf.size(), In(absl::Seconds(10)));
+          ASSERT_TRUE(r.ok()) << r.status();
+          if (*r == 0) break;
+          got.insert(got.end(), buf.begin(), buf.begin() + *r);
+        }
+      },
+      absl::Seconds(25));
+  EXPECT_TRUE(got == data) << "read back " << got.size() << " bytes of " << data.size();
+  // On a plain thread too.
+  ASSERT_EQ(lseek(fd, 0, SEEK_SET), 0);
+  char head[8];
+  absl::StatusOr<size_t> r = io::Read(fd, head, sizeof head);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(*r, sizeof head);
+  EXPECT_EQ(memcmp(head, data.data(), sizeof head), 0);
+  EXPECT_TRUE(io::Close(fd).ok());
+  unlink(path.c_str());
+}
+
+// ---------------------------------------------------------------------------
+// Plain threads (not goroutines) block in io::Read until data arrives.
+//
+// The data come from another plain thread with write(2), while no goroutine
+// runs at all: fails (the reader waits until its deadline) if nobody polls
+// the network when every P is idle but a thread waits on I/O. Then a
+// goroutine writes: fails the same way if a plain thread's wake-up is lost.
+
+TEST_F(IoTest, PlainThreadReadBlocksUntilData) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  goro_test::Watchdog dog(absl::Seconds(25), "plain thread reads");
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "written by a plain thread" : "written by a goroutine");
+    std::atomic<bool> started{false}, returned{false};
+    absl::StatusOr<size_t> r = absl::UnknownError("not run");
+    char buf[16] = {};
+    auto t0 = Now();
+    std::thread reader([&] {
+      started = true;
+      r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(10)));
+      returned = true;
+    });
+    ASSERT_TRUE(goro_test::Eventually([&] { return started.load(); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(returned.load()) << "Read returned on an empty pipe";
+    if (round == 0) {
+      std::thread writer([&] { EXPECT_EQ(write(p[1], "plain", 5), 5); });
+      writer.join();
+    } else {
+      goro_test::GoAndWait([&] { EXPECT_TRUE(io::Write(p[1], "goro!", 5).ok()); }, absl::Seconds(10));
+    }
+    reader.join();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::string(buf, *r), round == 0 ? "plain" : "goro!");
+    EXPECT_LT(Since(t0), absl::Seconds(5));
+  }
+  // And a deadline on a plain thread.
+  char c;
+  auto t0 = Now();
+  absl::StatusOr<size_t> r = io::Read(p[0], &c, 1, In(absl::Milliseconds(50)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_GE(Since(t0), absl::Milliseconds(50) - kClockSlack);
+  EXPECT_LT(Since(t0), absl::Seconds(2));
+  EXPECT_TRUE(io::Close(p[0]).ok());
+  EXPECT_TRUE(io::Close(p[1]).ok());
+}
+
+}  // namespace

@@ -1,0 +1,607 @@
+// Blocking system calls: marked regions (goro::Syscall / SyscallScope) and
+// unmarked ones (a plain read() on a goroutine) must not hold a P hostage,
+// must never see EINTR caused by the runtime, and must give the goroutine
+// back intact afterwards.
+//
+// Tests that need their own Options (one P, a 200 us slice) run in a child
+// process (EXPECT_EXIT), since Options are read once per process. A child
+// reports every failed check on stderr and exits non-zero; its own watchdog
+// turns a hang into a failure. The others run on the test runtime (2 Ps).
+// Each test says what would make it fail.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+using goro_test::Now;
+using goro_test::Since;
+
+// ---------------------------------------------------------------------------
+// Helpers for child processes.
+
+std::atomic<int> child_failures{0};
+
+#define CHILD_CHECK(cond, ...)                                                 \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+      child_failures.fetch_add(1);                                             \
+    }                                                                          \
+  } while (0)
+
+unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
+
+void PrintStats(const char* when) {
+  goro::Stats s = goro::GetStats();
+  fprintf(stderr,
+          "%s: handoffs=%llu preempt_signals_sent=%llu async_preemptions=%llu "
+          "cooperative_preemptions=%llu threads=%d live=%lld\n",
+          when, U(s.handoffs), U(s.preempt_signals_sent), U(s.async_preemptions),
+          U(s.cooperative_preemptions), s.threads, static_cast<long long>(s.goroutines_live));
+}
+
+[[noreturn]] void ExitChild() {
+  PrintStats("at exit");
+  fflush(stderr);
+  _exit(child_failures.load() == 0 ? 0 : 1);
+}
+
+goro::Options Opts(int procs, absl::Duration slice) {
+  goro::Options opts;
+  opts.max_procs = procs;
+  opts.time_slice = slice;
+  return opts;
+}
+
+#define EXPECT_CHILD_OK(call) EXPECT_EXIT(call, ::testing::ExitedWithCode(0), "")
+
+// Sleeps `d` in the kernel with nanosleep(2); returns 0 or the errno.
+int NanosleepErr(absl::Duration d) {
+  timespec ts = absl::ToTimespec(d);
+  return nanosleep(&ts, nullptr) == 0 ? 0 : errno;
+}
+
+// poll(2) on `fd` (an empty pipe) for `ms`: returns 0 on a timeout, the errno
+// on failure, or -1 if poll reported the empty pipe ready.
+int PollErr(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  int r = poll(&p, 1, ms);
+  if (r < 0) return errno;
+  return r == 0 ? 0 : -1;
+}
+
+// epoll_wait(2) likewise.
+int EpollErr(int epfd, int ms) {
+  epoll_event ev;
+  int r = epoll_wait(epfd, &ev, 1, ms);
+  if (r < 0) return errno;
+  return r == 0 ? 0 : -1;
+}
+
+// ---------------------------------------------------------------------------
+// A goroutine blocked in the kernel on one P does not stop the others.
+//
+// On one P, main (the reader) spawns a counting goroutine and then blocks in
+// read() on an empty pipe, marked or not. A plain thread samples the counter
+// twice, 100 ms apart, while the reader is still blocked, and only then is
+// the pipe written.
+//
+// Fails without the P hand-off: the reader's M keeps the only P while it
+// sleeps in the kernel, the counter never runs (both samples equal), and
+// GetStats().handoffs does not move. For the unmarked read this is the
+// detection of a thread asleep in the kernel (sysmon's CPU-time sampling and
+// P revocation); without it the unmarked test fails the same way. The checks
+// after the read fail if the goroutine does not get a P back properly (a
+// crash, a hang caught by the watchdog, a corrupted stack or goroutine id, or
+// channel values lost or duplicated).
+
+[[noreturn]] void BlockedReaderChild(bool marked) {
+  goro_test::Watchdog dog(absl::Seconds(25), marked ? "marked read on one P" : "unmarked read on one P");
+  static std::atomic<uint64_t> counter{0};
+  static std::atomic<bool> stop{false};
+  static std::atomic<bool> reader_blocking{false};
+  static std::atomic<bool> reader_done{false};
+  static std::atomic<bool> sampled{false};
+  static int fds[2];
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  static const char kMsg[] = "through the pipe";
+
+  // The sampler: a plain thread, so that it needs no P. For the unmarked
+  // read it also writes the pipe; for the marked one a goroutine does, which
+  // itself can run only if the P was handed off.
+  std::thread sampler([marked] {
+    auto start = Now();
+    while (!reader_blocking.load() && Since(start) < absl::Seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(reader_blocking.load(), "the reader never started");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    uint64_t c1 = counter.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    uint64_t c2 = counter.load();
+    bool still_blocked = !reader_done.load();
+    fprintf(stderr, "counter while the reader blocks: %llu then %llu (100 ms later)\n", U(c1), U(c2));
+    CHILD_CHECK(still_blocked, "the reader returned before the pipe was written");
+    CHILD_CHECK(c2 > c1, "the counting goroutine did not run while the reader blocked (%llu -> %llu)",
+                U(c1), U(c2));
+    sampled = true;
+    if (!marked) {
+      CHILD_CHECK(write(fds[1], kMsg, sizeof kMsg) == static_cast<ssize_t>(sizeof kMsg), "write: %s",
+                  strerror(errno));
+    }
+  });
+
+  goro::Run(
+      [marked] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          uint64_t n = 0;
+          while (!stop.load(std::memory_order_relaxed)) {
+            counter.fetch_add(1, std::memory_order_relaxed);
+            if (++n % 1024 == 0) goro::Checkpoint();
+          }
+          wg.Done();
+        });
+        if (marked) {
+          wg.Add(1);
+          goro::Go([&wg] {
+            // Polls with goro::SleepFor: runs only on a P.
+            goro_test::Eventually([] { return sampled.load(); }, absl::Seconds(15));
+            CHILD_CHECK(write(fds[1], kMsg, sizeof kMsg) == static_cast<ssize_t>(sizeof kMsg), "write: %s",
+                        strerror(errno));
+            wg.Done();
+          });
+        }
+        // Things that must survive the block: the stack, the goroutine id.
+        std::array<uint64_t, 64> canary;
+        for (size_t i = 0; i < canary.size(); ++i) canary[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+        const int64_t id = goro::GoroutineId();
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+
+        char buf[64] = {};
+        reader_blocking = true;
+        ssize_t r;
+        if (marked) {
+          r = goro::Syscall([&] { return read(fds[0], buf, sizeof buf); });
+        } else {
+          r = read(fds[0], buf, sizeof buf);  // deliberately unmarked
+        }
+        int err = errno;
+        reader_done = true;
+        CHILD_CHECK(r == static_cast<ssize_t>(sizeof kMsg), "read returned %zd (errno %d)", r, err);
+        CHILD_CHECK(r > 0 && memcmp(buf, kMsg, sizeof kMsg) == 0, "read returned the wrong bytes");
+        CHILD_CHECK(sampled.load(), "the read returned before the sampler was done");
+
+        // Plain user code first (the goroutine may be running without a P
+        // until its next runtime entry), then the runtime.
+        uint64_t sum = 0;
+        for (size_t i = 0; i < canary.size(); ++i) sum += canary[i] ^ (0x9e3779b97f4a7c15ull * (i + 1));
+        CHILD_CHECK(sum == 0, "the reader's stack changed while it blocked");
+        CHILD_CHECK(goro::GoroutineId() == id, "goroutine id %lld became %lld", static_cast<long long>(id),
+                    static_cast<long long>(goro::GoroutineId()));
+
+        const uint64_t handoffs1 = goro::GetStats().handoffs;
+        CHILD_CHECK(handoffs1 > handoffs0, "GetStats().handoffs did not increase (%llu)", U(handoffs1));
+
+        // Channels: a ping-pong with a fresh goroutine, every value once.
+        goro::Chan<int> ping, pong;
+        wg.Add(1);
+        goro::Go([&] {
+          for (;;) {
+            std::optional<int> v = ping.Recv();
+            if (!v) break;
+            pong.Send(*v * 2 + 1);
+          }
+          wg.Done();
+        });
+        bool chan_ok = true;
+        for (int i = 0; i < 2000; ++i) {
+          ping.Send(i);
+          std::optional<int> v = pong.Recv();
+          if (!v || *v != i * 2 + 1) chan_ok = false;
+        }
+        ping.Close();
+        CHILD_CHECK(chan_ok, "channel values were lost or changed after the block");
+
+        // Sleeping, a Mutex shared with other goroutines, Yield.
+        auto t0 = Now();
+        goro::SleepFor(absl::Milliseconds(20));
+        CHILD_CHECK(Since(t0) >= absl::Milliseconds(19), "SleepFor(20ms) returned after %s",
+                    absl::FormatDuration(Since(t0)).c_str());
+        goro::Mutex mu;
+        int64_t shared = 0;
+        goro::WaitGroup adders;
+        adders.Add(4);
+        for (int g = 0; g < 4; ++g) {
+          goro::Go([&] {
+            for (int i = 0; i < 1000; ++i) {
+              std::lock_guard<goro::Mutex> l(mu);
+              ++shared;
+              if (i % 100 == 0) goro::Yield();
+            }
+            adders.Done();
+          });
+        }
+        adders.Wait();
+        CHILD_CHECK(shared == 4000, "mutex-protected counter is %lld, not 4000", static_cast<long long>(shared));
+        CHILD_CHECK(goro::GoroutineId() == id, "goroutine id changed after goro calls");
+        sum = 0;
+        for (size_t i = 0; i < canary.size(); ++i) sum += canary[i] ^ (0x9e3779b97f4a7c15ull * (i + 1));
+        CHILD_CHECK(sum == 0, "the reader's stack changed after goro calls");
+
+        stop = true;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(10)));
+  sampler.join();
+  ExitChild();
+}
+
+TEST(SyscallTest, MarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(BlockedReaderChild(true)); }
+
+TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(BlockedReaderChild(false)); }
+
+// ---------------------------------------------------------------------------
+// No EINTR caused by the runtime.
+//
+// nanosleep, poll and epoll_wait are never restarted after a signal handler
+// runs, even with SA_RESTART: a preemption signal delivered while the thread
+// sleeps in one makes it return EINTR. Hogs (call-free loops) run on both Ps
+// with a 200 us slice, so sysmon asks for preemptions all the time; other
+// goroutines make ~100 such calls each. None may see EINTR.
+//
+// Marked calls: each call follows a 300 us spin, longer than the slice, so
+// sysmon tends to decide to preempt the goroutine just as it enters the
+// region. Fails if sysmon signals an M in a marked region, or if a signal it
+// had already decided to send lands after the region began (EnterSyscall
+// waits out signal_pending), or if it signals a P's previous M after a
+// hand-off.
+//
+// Unmarked calls: the goroutine spends almost no time in user code between
+// calls (a Yield, so that each call starts on a P with hogs waiting). Sysmon
+// thinks it has run past its slice; fails if it sends the signal without
+// noticing the thread is asleep in the kernel (without the detection every
+// call longer than a slice is interrupted). (A spin before an unmarked call
+// would make a signal that sysmon sent while the thread still ran user code
+// land in the call - no runtime can avoid that - so there is none here.)
+
+enum class CallKind { kNanosleep, kPoll, kEpoll };
+
+[[noreturn]] void NoEintrChild(bool marked) {
+  goro_test::Watchdog dog(absl::Seconds(28), marked ? "marked calls beside hogs" : "unmarked calls beside hogs");
+  constexpr int kIterations = 100;
+  static std::atomic<bool> stop{false};
+  static std::atomic<uint64_t> hog_work{0};
+  static std::atomic<int> eintr[3], other_err[3], done[3];
+  const std::vector<CallKind> callers = {CallKind::kNanosleep, CallKind::kNanosleep, CallKind::kPoll,
+                                         CallKind::kPoll,      CallKind::kEpoll,     CallKind::kEpoll};
+  goro::Run(
+      [&callers, marked] {
+        goro::WaitGroup hogs, workers;
+        for (int h = 0; h < 2; ++h) {
+          hogs.Add(1);
+          goro::Go([&hogs] {
+            while (!stop.load(std::memory_order_relaxed)) hog_work.fetch_add(1, std::memory_order_relaxed);
+            hogs.Done();
+          });
+        }
+        for (CallKind kind : callers) {
+          workers.Add(1);
+          goro::Go([kind, marked, &workers] {
+            int k = static_cast<int>(kind);
+            int p[2];
+            CHILD_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+            int ep = epoll_create1(EPOLL_CLOEXEC);
+            epoll_event ev{};
+            ev.events = EPOLLIN;
+            CHILD_CHECK(ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev) == 0, "epoll: %s", strerror(errno));
+            auto call = [&]() -> int {
+              switch (kind) {
+                case CallKind::kNanosleep:
+                  return NanosleepErr(absl::Milliseconds(50));
+                case CallKind::kPoll:
+                  return PollErr(p[0], 20);
+                case CallKind::kEpoll:
+                  return EpollErr(ep, 20);
+              }
+              return -2;
+            };
+            for (int i = 0; i < kIterations; ++i) {
+              int err;
+              if (marked) {
+                goro_test::Spin(absl::Microseconds(300));
+                err = goro::Syscall(call);
+              } else {
+                err = call();
+                goro::Yield();
+              }
+              if (err == EINTR) {
+                eintr[k].fetch_add(1);
+              } else if (err != 0) {
+                if (other_err[k].fetch_add(1) == 0) fprintf(stderr, "call kind %d returned %d\n", k, err);
+              }
+            }
+            done[k].fetch_add(kIterations);
+            close(ep);
+            close(p[0]);
+            close(p[1]);
+            workers.Done();
+          });
+        }
+        workers.Wait();
+        stop = true;
+        hogs.Wait();
+      },
+      Opts(2, absl::Microseconds(200)));
+  static const char* const kNames[] = {"nanosleep", "poll", "epoll_wait"};
+  for (int k = 0; k < 3; ++k) {
+    fprintf(stderr, "%s: %d calls, %d EINTR, %d other errors\n", kNames[k], done[k].load(), eintr[k].load(),
+            other_err[k].load());
+    CHILD_CHECK(done[k].load() == 2 * kIterations, "%s: only %d calls finished", kNames[k], done[k].load());
+    CHILD_CHECK(eintr[k].load() == 0, "%s returned EINTR %d times", kNames[k], eintr[k].load());
+    CHILD_CHECK(other_err[k].load() == 0, "%s failed %d times", kNames[k], other_err[k].load());
+  }
+  goro::Stats s = goro::GetStats();
+  // Otherwise nothing was tested: sysmon must have been busy preempting.
+  CHILD_CHECK(s.preempt_signals_sent > 0, "no preemption signal was sent: the hogs did not run?");
+  CHILD_CHECK(hog_work.load() > 0, "the hogs never ran");
+  ExitChild();
+}
+
+TEST(SyscallTest, MarkedCallsSeeNoEintrBesideHogs) { EXPECT_CHILD_OK(NoEintrChild(true)); }
+
+TEST(SyscallTest, UnmarkedCallsSeeNoEintrBesideHogs) { EXPECT_CHILD_OK(NoEintrChild(false)); }
+
+// ---------------------------------------------------------------------------
+// SyscallScope off a goroutine does nothing; errno survives Syscall.
+//
+// Fails if the scope touches goroutine state on a plain thread (a crash on a
+// null G), starts the runtime, or counts a hand-off; and if Syscall loses the
+// errno its callee set (ExitSyscall saves it before it may switch threads and
+// restores it on the thread it resumes on: errno is per thread).
+
+TEST(SyscallTest, ScopeOffGoroutineIsANoOp) {
+  // Before the runtime exists.
+  {
+    goro::SyscallScope scope;
+    goro::SyscallScope nested;
+  }
+  errno = 0;
+  int r = goro::Syscall([] {
+    errno = EXDEV;
+    return -7;
+  });
+  EXPECT_EQ(r, -7);
+  EXPECT_EQ(errno, EXDEV);
+  EXPECT_EQ(goro::GetStats().procs, 0) << "a SyscallScope on a plain thread started the runtime";
+
+  goro_test::StartRuntime();
+  goro::Stats before = goro::GetStats();
+  {
+    goro::SyscallScope scope;
+    errno = ENOTDIR;
+  }
+  EXPECT_EQ(errno, ENOTDIR);
+  // A real blocking call in a scope on a plain thread: it just blocks.
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    char c = 'x';
+    EXPECT_EQ(write(fds[1], &c, 1), 1);
+  });
+  char got = 0;
+  ssize_t n = goro::Syscall([&] { return read(fds[0], &got, 1); });
+  writer.join();
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(got, 'x');
+  errno = 0;
+  n = goro::Syscall([] {
+    char c;
+    return read(-1, &c, 1);
+  });
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(errno, EBADF);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(goro::GetStats().handoffs, before.handoffs) << "a scope on a plain thread handed off a P";
+}
+
+// errno is per thread, and the compiler may compute its address once per
+// function (glibc declares __errno_location() `const`), so a goroutine that
+// resumes on another thread can read the old thread's errno through the
+// cached address. These helpers look it up afresh on every call, on the
+// thread that runs them.
+#if defined(__clang__)
+#define GORO_TEST_OPAQUE __attribute__((noinline, optnone))
+#else
+#define GORO_TEST_OPAQUE __attribute__((noinline, noipa))
+#endif
+GORO_TEST_OPAQUE int CurrentErrno() { return errno; }
+GORO_TEST_OPAQUE void SetCurrentErrno(int e) { errno = e; }
+
+// Runs `body` (on a goroutine) while both Ps have work waiting, so that a
+// marked call's P is handed off and the goroutine resumes through the slow
+// path (perhaps on another thread). Returns the hand-offs counted meanwhile.
+uint64_t WithBusyPs(const std::function<void()>& body) {
+  std::atomic<bool> stop{false};
+  uint64_t handoffs = 0;
+  goro_test::RunBounded(
+      [&] {
+        const uint64_t h0 = goro::GetStats().handoffs;
+        goro::WaitGroup wg;
+        for (int i = 0; i < 4; ++i) {
+          wg.Add(1);
+          goro::Go([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+              goro_test::Spin(absl::Microseconds(100));
+              goro::Checkpoint();
+            }
+            wg.Done();
+          });
+        }
+        body();
+        handoffs = goro::GetStats().handoffs - h0;
+        stop = true;
+        wg.Wait();
+      },
+      absl::Seconds(25));
+  return handoffs;
+}
+
+constexpr int kRounds = 20;
+constexpr int kErrs[] = {EXDEV, ENOTDIR, EROFS, EMLINK, ENOSPC};
+
+// The runtime's part: ExitSyscall saves the errno fn left on the thread that
+// ran it and restores it on the thread the goroutine resumes on. Read here
+// with a fresh lookup. Fails if that save/restore is missing (the errno of
+// whatever thread the goroutine lands on is read instead).
+TEST(SyscallTest, ErrnoSetInsideSyscallIsVisibleAfter) {
+  // A failing call, no hand-off.
+  goro_test::RunBounded(
+      [] {
+        SetCurrentErrno(0);
+        char c;
+        ssize_t n = goro::Syscall([&] { return read(-1, &c, 1); });
+        EXPECT_EQ(n, -1);
+        EXPECT_EQ(CurrentErrno(), EBADF);
+      },
+      absl::Seconds(25));
+  int wrong = 0;
+  uint64_t handoffs = WithBusyPs([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      const int want = kErrs[i % 5];
+      SetCurrentErrno(0);
+      int r = goro::Syscall([want] {
+        NanosleepErr(absl::Milliseconds(15));
+        SetCurrentErrno(want);
+        return -1;
+      });
+      int got = CurrentErrno();
+      if (r != -1 || got != want) {
+        ++wrong;
+        ADD_FAILURE() << "round " << i << ": Syscall returned " << r << ", errno " << got << ", want " << want;
+      }
+    }
+  });
+  EXPECT_EQ(wrong, 0);
+  // Otherwise the slow path was not exercised.
+  EXPECT_GT(handoffs, 0u) << "no P was handed off during the blocking calls";
+}
+
+// The user's part: the idiom everyone writes, `errno` read right after the
+// call, in a loop (so the compiler computes errno's address once, before the
+// loop, on whatever thread the goroutine was on then). syscall.h promises
+// "errno as left by fn is preserved for the caller". Fails if the goroutine
+// can resume on another thread after a hand-off: the cached address is then
+// the old thread's errno (0, or an earlier round's value). Only keeping the
+// goroutine on its thread across a marked region makes this idiom safe.
+TEST(SyscallTest, ErrnoIdiomAfterSyscallInALoop) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  int wrong = 0;
+  uint64_t handoffs = WithBusyPs([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      // A different failure each round, set by libc on the thread that ran it.
+      const int kind = i % 4;
+      const int want = kind == 0 ? EBADF : kind == 1 ? ESPIPE : kind == 2 ? ENOTDIR : EISDIR;
+      errno = 0;
+      long r = goro::Syscall([&]() -> long {
+        NanosleepErr(absl::Milliseconds(15));
+        switch (kind) {
+          case 0: {
+            char c;
+            return read(-1, &c, 1);
+          }
+          case 1:
+            return lseek(fds[0], 0, SEEK_SET);
+          case 2:
+            return open("/dev/null/x", O_RDONLY | O_CLOEXEC);
+          default:
+            return open("/", O_WRONLY | O_CLOEXEC);
+        }
+      });
+      if (r == -1 && errno == want) continue;
+      int got = errno;
+      ++wrong;
+      ADD_FAILURE() << "round " << i << ": Syscall returned " << r << ", errno " << got << " (" << strerror(got)
+                    << "), want " << want << " (" << strerror(want) << ")";
+    }
+  });
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(handoffs, 0u) << "no P was handed off during the blocking calls";
+}
+
+// ---------------------------------------------------------------------------
+// Many goroutines sleeping in marked calls at once overlap.
+//
+// 50 goroutines each make 4 marked nanosleep(20 ms) calls on 2 Ps. With the
+// hand-off they all sleep at the same time (~80 ms plus thread start-up).
+// Fails without it: each P would be held by one sleeper at a time, so the
+// whole run would take at least 50 * 4 * 20 ms / 2 = 2 s; the bound here is
+// 1 s (50 * 20 ms), still far above the expected time on a noisy machine.
+
+TEST(SyscallTest, ManyMarkedSleepsOverlap) {
+  constexpr int kGoroutines = 50;
+  constexpr int kSleeps = 4;
+  std::atomic<int> sleeps_done{0}, eintr{0};
+  absl::Duration elapsed;
+  uint64_t handoffs0 = 0, handoffs1 = 0;
+  goro_test::RunBounded(
+      [&] {
+        handoffs0 = goro::GetStats().handoffs;
+        auto start = Now();
+        goro::WaitGroup wg;
+        wg.Add(kGoroutines);
+        for (int i = 0; i < kGoroutines; ++i) {
+          goro::Go([&] {
+            for (int j = 0; j < kSleeps; ++j) {
+              int err = goro::Syscall([] { return NanosleepErr(absl::Milliseconds(20)); });
+              if (err == EINTR) eintr.fetch_add(1);
+              sleeps_done.fetch_add(1);
+            }
+            wg.Done();
+          });
+        }
+        wg.Wait();
+        elapsed = Since(start);
+        handoffs1 = goro::GetStats().handoffs;
+      },
+      absl::Seconds(25));
+  EXPECT_EQ(sleeps_done.load(), kGoroutines * kSleeps);
+  EXPECT_EQ(eintr.load(), 0);
+  EXPECT_LT(elapsed, absl::Milliseconds(kGoroutines * 20))
+      << "marked sleeps did not overlap: " << absl::FormatDuration(elapsed)
+      << " (serialised on 2 Ps they take >= 2 s)";
+  EXPECT_GT(handoffs1, handoffs0);
+  fprintf(stderr, "%d goroutines x %d marked 20 ms sleeps on 2 Ps: %s, %llu hand-offs, %d threads\n",
+          kGoroutines, kSleeps, absl::FormatDuration(elapsed).c_str(), U(handoffs1 - handoffs0),
+          goro::GetStats().threads);
+}
+
+}  // namespace
