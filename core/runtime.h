@@ -207,6 +207,11 @@ struct P {
   // Incremented by the owner each time it enters a blocking region; sysmon
   // hands the P off only after seeing the same region twice.
   std::atomic<uint32_t> syscalltick{0};
+  // The M in a blocking region on this P. Leaving the region and sysmon's
+  // retake both CAS it from that M to null, and whoever succeeds decides who
+  // has the P. (A CAS on `status` alone would be ABA-prone: after a retake the
+  // P may be in kSyscall again for another M when the first one returns.)
+  std::atomic<M*> syscall_owner{nullptr};
   std::atomic<M*> m{nullptr};  // written by the owner; read racily by sysmon
   P* link = nullptr;           // idle list, guarded by sched.mu
   // Incremented (by the owner) when a G starts a new time slice, after
@@ -488,6 +493,10 @@ const char* StackGuardKind();
 // Signals (signals/signals.cc).
 void InstallSignalHandlers();
 void InstallPreemptHandler(int sig);
+// io::Write sets this around write(2) on a non-socket: a SIGPIPE raised then
+// is ignored (the write returns EPIPE), as Go does; elsewhere SIGPIPE keeps
+// its default action.
+extern __attribute__((tls_model("initial-exec"))) thread_local bool tls_in_io_write;
 void MInitSignals(M* m);  // on a new M's thread: sigaltstack
 
 inline void EnsurePAfterEntry(G* g) {

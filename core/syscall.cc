@@ -16,6 +16,7 @@
 // as errno where the caller's code expects it).
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
 #include "goro/syscall.h"
@@ -31,6 +32,7 @@ void EnterSyscall() {
   P* p = m->p;
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
   p->syscalltick.store(p->syscalltick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  p->syscall_owner.store(m, std::memory_order_seq_cst);
   SetPStatusByOwner(p, P::Status::kSyscall);  // seq_cst CAS: see PreemptOne
   // A preemption signal sysmon decided to send before it saw kSyscall must
   // arrive now, not during the call (see PreemptOne).
@@ -44,10 +46,12 @@ void ExitSyscall() {
   G* g = CurrentGoroutine();
   M* m = CurrentM();
   P* p = m->p;
-  P::Status want = P::Status::kSyscall;
-  if (!p->status.compare_exchange_strong(want, P::Status::kRunning, std::memory_order_acq_rel)) {
-    // Sysmon handed our P to another M: take an idle one, or wait in the
-    // global queue while this M goes idle (ScheduleOnG0).
+  M* owner = m;
+  if (p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
+    SetPStatusByOwner(p, P::Status::kRunning);  // still ours: sysmon did not retake it
+  } else {
+    // Sysmon handed our P to another M: take an idle one, or wait our turn
+    // in the global queue, wired to this thread (ReacquirePOnSameThread).
     m->p = nullptr;
     ReacquirePOnSameThread(m, g);
   }

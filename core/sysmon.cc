@@ -130,6 +130,22 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
 }
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
+// Right before a signal: is the thread still on a CPU? Its CPU clock must
+// advance over ~3 us, or the kernel must say it is not asleep. This shrinks
+// the window in which a thread that just entered a blocking call (after the
+// last sample showed it running) would be interrupted with EINTR; it cannot
+// close it, which is why blocking calls should be marked (goro::Syscall).
+bool StillOnCpu(M* m) {
+  timespec ts;
+  if (clock_gettime(m->cpu_clock, &ts) != 0) return true;
+  int64_t c1 = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  int64_t until = Nanotime() + 3000;
+  while (Nanotime() < until) arch::CpuRelax();
+  if (clock_gettime(m->cpu_clock, &ts) != 0) return true;
+  int64_t c2 = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  return c2 - c1 > 1000 || !AsleepInKernel(m->tid);
+}
+
 constexpr int64_t kScavengePeriodNs = 100 * 1000 * 1000;
 constexpr int64_t kScavengeBacklogNs = 2 * 1000 * 1000;
 
@@ -206,10 +222,13 @@ void* SysmonMain(void*) {
           until_expiry = std::min(until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now);
           continue;
         }
-        P::Status want = P::Status::kSyscall;
-        if (p->status.compare_exchange_strong(want, P::Status::kIdle, std::memory_order_acq_rel)) {
+        M* owner = p->syscall_owner.load(std::memory_order_acquire);
+        if (owner != nullptr &&
+            p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
+          // Ours now: the M will find it gone when it leaves the region.
+          p->status.store(P::Status::kIdle, std::memory_order_release);
+          p->m.store(nullptr, std::memory_order_release);
           sched.handoffs.fetch_add(1, std::memory_order_relaxed);
-          p->m.store(nullptr, std::memory_order_relaxed);
           HandoffP(p);
         }
         continue;
@@ -266,7 +285,7 @@ void* SysmonMain(void*) {
         continue;
       }
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
-      if (v == Verdict::kRunning && sched.async_preemption) {
+      if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
         if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
           if (::syscall(SYS_tgkill, getpid(), r.m->tid, sched.preempt_signal) == 0) {
@@ -310,7 +329,7 @@ bool PreemptOne(P* p, uint32_t tick) {
     // Never signal an M entering a blocking region: EnterSyscall publishes
     // kSyscall and then waits out signal_pending; we publish signal_pending
     // and then look at the status. One of us sees the other.
-    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning) {
+    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning || !StillOnCpu(m)) {
       m->signal_pending.store(false, std::memory_order_release);
       return true;
     }
