@@ -174,9 +174,18 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
     ssize_t r;
     if (pollable) {
       r = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
-      if (r < 0 && errno == ENOTSOCK) r = ::write(fd, p + done, n - done);
+      if (r < 0 && errno == ENOTSOCK) {
+        internal::tls_in_io_write = true;  // a pipe: SIGPIPE becomes EPIPE
+        r = ::write(fd, p + done, n - done);
+        internal::tls_in_io_write = false;
+      }
     } else {
-      r = Syscall([&] { return ::write(fd, p + done, n - done); });
+      r = Syscall([&] {
+        internal::tls_in_io_write = true;
+        ssize_t w = ::write(fd, p + done, n - done);
+        internal::tls_in_io_write = false;
+        return w;
+      });
     }
     if (r >= 0) {
       done += static_cast<size_t>(r);

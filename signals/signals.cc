@@ -2,6 +2,9 @@
 // they call only async-signal-safe functions and read only data computed
 // before the signal arrived (the M and G records, the stack bounds).
 //
+//   SIGPIPE         Ignored while the thread is inside io::Write (the write
+//                   returns EPIPE, as in Go); otherwise the default action.
+//                   Installed only if the program left SIGPIPE at SIG_DFL.
 //   SIGSEGV/SIGBUS  A fault in the guard page of the running goroutine's stack
 //                   is reported as "goroutine N: stack overflow" and aborts.
 //                   Any other fault goes to the handler installed before ours,
@@ -24,6 +27,7 @@ namespace goro::internal {
 namespace {
 
 struct sigaction previous_segv;
+struct sigaction previous_pipe;
 struct sigaction previous_bus;
 
 // Formats v in decimal into buf (no allocation); returns the length.
@@ -87,9 +91,29 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
   ForwardSignal(sig, info, uctx, sig == SIGSEGV ? previous_segv : previous_bus);
 }
 
+void PipeHandler(int sig, siginfo_t* info, void* uctx) {
+  if (tls_in_io_write) return;  // the write returns EPIPE
+  // Not ours: the default action (terminate), as if we were not here.
+  signal(SIGPIPE, SIG_DFL);
+  raise(SIGPIPE);
+}
+
 }  // namespace
 
+__attribute__((tls_model("initial-exec"))) thread_local bool tls_in_io_write = false;
+
 void InstallSignalHandlers() {
+  // SIGPIPE: only if the program left it at the default; a handler or SIG_IGN
+  // of the program's own is kept (and with SIG_IGN writes return EPIPE).
+  struct sigaction cur;
+  if (sigaction(SIGPIPE, nullptr, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+    struct sigaction sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sa_sigaction = PipeHandler;
+    sp.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sp.sa_mask);
+    sigaction(SIGPIPE, &sp, &previous_pipe);
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = FaultHandler;
