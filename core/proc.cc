@@ -830,6 +830,7 @@ void* MStart(void* arg) {
   tls_m = m;
   if (CurrentM() != m) Fatal("MStart: the thread-local M is not at the expected offset");
   m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  pthread_setname_np(pthread_self(), "goro-m");  // not its creator's name
   pthread_getcpuclockid(pthread_self(), &m->cpu_clock);
   m->eh = ThreadEhGlobals();
   MInitSignals(m);
