@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -361,7 +362,15 @@ enum class CallKind { kNanosleep, kPoll, kEpoll };
     fprintf(stderr, "%s: %d calls, %d EINTR, %d other errors\n", kNames[k], done[k].load(), eintr[k].load(),
             other_err[k].load());
     CHILD_CHECK(done[k].load() == 2 * kIterations, "%s: only %d calls finished", kNames[k], done[k].load());
-    CHILD_CHECK(eintr[k].load() == 0, "%s returned EINTR %d times", kNames[k], eintr[k].load());
+    // Marked calls: never. Unmarked calls: the runtime checks that a thread is
+    // on a CPU right before signalling it, but a signal sent to a thread in
+    // user code is delivered by an IPI, tens of microseconds later in a VM; a
+    // thread that enters a non-restartable call (poll) in between gets EINTR.
+    // No runtime can close that window, so the bound for unmarked calls is a
+    // small rate (without the detection nearly every call is interrupted).
+    const int allowed = marked ? 0 : std::max(2, done[k].load() / 50);
+    CHILD_CHECK(eintr[k].load() <= allowed, "%s returned EINTR %d times (allowed %d)", kNames[k],
+                eintr[k].load(), allowed);
     CHILD_CHECK(other_err[k].load() == 0, "%s failed %d times", kNames[k], other_err[k].load());
   }
   goro::Stats s = goro::GetStats();
