@@ -36,7 +36,12 @@ namespace goro::internal {
 namespace {
 
 constexpr size_t kKeepDirty = 64;     // idle stacks kept with their pages
-constexpr size_t kKeepMapped = 4096;  // idle stacks kept reserved at all
+// Idle stacks kept reserved at all (their pages given back: no RSS, only
+// address space and page-table pages). Generous where guards do not split
+// mappings, since re-mapping costs three system calls and page faults per
+// stack (fib(27) with a goroutine per call keeps ~10k live); with mprotect
+// guards each stack is two mappings, and vm.max_map_count is 65530.
+size_t KeepMapped();
 constexpr size_t kScavengeBatch = 1024;  // stacks per StackScavenge call
 
 // Freed stacks beyond the P caches. `dirty` stacks still have their pages
@@ -55,6 +60,8 @@ StackPool& pool = *new StackPool();  // never destroyed, like sched
 size_t stack_size = 0;  // usable bytes, a multiple of the page size
 size_t page_size = 4096;
 std::atomic<bool> guard_by_madvise{true};
+
+size_t KeepMapped() { return guard_by_madvise.load(std::memory_order_relaxed) ? 65536 : 8192; }
 
 Stack StackMap() {
   size_t total = stack_size + page_size;
@@ -163,7 +170,7 @@ bool StackScavenge(bool all) {
       pool.dirty.pop_front();
       // Keep up to kKeepMapped reserved (pages given back); unmap the rest,
       // which gives their pages back too.
-      if (clean + release.size() < kKeepMapped) {
+      if (clean + release.size() < KeepMapped()) {
         release.push_back(x);
       } else {
         unmap.push_back(x);

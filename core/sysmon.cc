@@ -236,7 +236,11 @@ void* SysmonMain(void*) {
       M* m = p->m.load(std::memory_order_acquire);
       if (st != P::Status::kRunning || m == nullptr) continue;
       uint32_t tick = p->schedtick.load(std::memory_order_acquire);
-      if (tick != ps[i].tick) {
+      // Only a slice that is still running since sysmon's last look can be
+      // stuck (in a blocking call) or overdue; while slices change quickly,
+      // scheduling is healthy and there is nothing to sample.
+      bool same_slice = tick == ps[i].tick;
+      if (!same_slice) {
         ps[i].tick = tick;
         ps[i].start_tsc = stamped ? p->slice_start_tsc.load(std::memory_order_relaxed) : now_tsc;
       }
@@ -249,15 +253,26 @@ void* SysmonMain(void*) {
       // call)? Compare its CPU time over an interval of this same slice. A
       // thread is never signalled without a sample showing it on a CPU.
       Verdict v = Verdict::kUnknown;
-      if (g != nullptr && (work || ran >= slice / 2)) v = SampleCpu(ps[i], m, tick, now);
+      if (g != nullptr && (same_slice || ran >= slice) && (work || ran >= slice / 2)) {
+        v = SampleCpu(ps[i], m, tick, now);
+      }
       bool asleep = false;
       if (v == Verdict::kBlocked) {
-        // No CPU progress: asleep in the kernel, or runnable but waiting for
-        // a CPU. Only the first is a blocking call; the second may be
-        // signalled like any running goroutine.
-        asleep = AsleepInKernel(m->tid);
-        if (!asleep) v = Verdict::kRunning;
+        if (g->preempt_off.load(std::memory_order_relaxed) != 0 || m->in_switch.load(std::memory_order_relaxed)) {
+          // Asleep inside runtime code (a contended lock): not a blocking
+          // call of its own; neither signalled nor revoked.
+          v = Verdict::kUnknown;
+        } else {
+          // No CPU progress: asleep in the kernel, or runnable but waiting
+          // for a CPU. Only the first is a blocking call; the second may be
+          // signalled like any running goroutine.
+          asleep = AsleepInKernel(m->tid);
+          if (!asleep) v = Verdict::kRunning;
+        }
       }
+      // A goroutine asleep inside runtime code (a contended lock) is not in a
+      // blocking call of its own, and TryRevokeP would back off anyway, after
+      // a membarrier - an interrupt on every CPU. Check first, cheaply.
       if (asleep && (work || ran >= kSyscallIdleHandoffNs) && RevocationAvailable()) {
         if (TryRevokeP(p, m, g, tick)) revoked_ms.push_back(RevokedM{m, g, {}});
         continue;
@@ -270,7 +285,7 @@ void* SysmonMain(void*) {
         }
       } else {
         until_expiry = std::min(until_expiry, slice - ran);
-        if (work && v == Verdict::kUnknown) until_expiry = std::min(until_expiry, kSysmonRecheckNs);
+        if (work && same_slice && v == Verdict::kUnknown) until_expiry = std::min(until_expiry, kSysmonRecheckNs);
       }
     }
     // Ms that lost their P in an unmarked blocking call: once the goroutine
