@@ -9,6 +9,7 @@ Each input line is one measurement: {"impl": "goro"|"go", "name", "procs",
 is a repetition; the table shows the median.
 """
 import argparse
+import os
 import json
 import statistics
 import sys
@@ -149,6 +150,13 @@ def main():
     out.append("")
     out.append(f"Targets met: {met_count}; missed or without data: {missed_count}.")
     out.append("")
+    # Why a target is missed is not something a script can measure: it is kept
+    # by hand in bench/MISSED.md and copied here.
+    missed_md = os.path.join(os.path.dirname(os.path.abspath(__file__)), "MISSED.md")
+    if os.path.exists(missed_md):
+        with open(missed_md) as f:
+            out.append(f.read().rstrip())
+        out.append("")
 
     if errors:
         out.append("## Failures")
