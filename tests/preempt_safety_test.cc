@@ -70,21 +70,8 @@ struct Spin {
 };
 static_assert(sizeof(std::atomic<uint8_t>) == 1 && sizeof(std::atomic<uint64_t>) == 8);
 
-std::atomic<int> child_failures{0};
-
-// Records a failed check in a child process (gtest's own macros report to the
-// parent only through the exit code, so the message goes to stderr here).
-#define CHILD_CHECK(cond, ...)                                                   \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                              \
-      fputc('\n', stderr);                                                       \
-      child_failures.fetch_add(1);                                               \
-    }                                                                            \
-  } while (0)
-
-unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
+using goro_test::child_failures;
+using goro_test::U;
 
 void PrintStats(const char* when) {
   goro::Stats s = goro::GetStats();

@@ -40,19 +40,8 @@ using goro_test::Since;
 // ---------------------------------------------------------------------------
 // Helpers for child processes.
 
-std::atomic<int> child_failures{0};
-
-#define CHILD_CHECK(cond, ...)                                                 \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      child_failures.fetch_add(1);                                             \
-    }                                                                          \
-  } while (0)
-
-unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
+using goro_test::child_failures;
+using goro_test::U;
 
 void PrintStats(const char* when) {
   goro::Stats s = goro::GetStats();

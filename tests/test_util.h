@@ -6,8 +6,10 @@
 #ifndef GORO_TESTS_TEST_UTIL_H_
 #define GORO_TESTS_TEST_UTIL_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
@@ -18,6 +20,23 @@
 #include "goro/goro.h"
 
 namespace goro_test {
+
+// Checks in a child process (an EXPECT_EXIT body): gtest's own assertions
+// reach the parent only through the exit code, so a failed check is printed
+// on stderr, with where and why, and counted; the child then exits non-zero.
+inline std::atomic<int> child_failures{0};
+#define CHILD_CHECK(cond, ...)                                                 \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+      ::goro_test::child_failures.fetch_add(1);                                \
+    }                                                                          \
+  } while (0)
+
+// For printing uint64_t with %llu.
+inline unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
 
 // The default limit for one test's waits. Generous: the machine is noisy.
 inline constexpr absl::Duration kLimit = absl::Seconds(60);
