@@ -57,6 +57,12 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       } else {
         bad("a number of milliseconds");
       }
+    } else if (key == "sigquitdump") {
+      if (value == "0") {
+        s.sigquit_dump = false;
+      } else if (value != "1") {
+        bad("0 or 1");
+      }
     } else if (key == "scheddetail") {
       if (value == "1") {
         s.scheddetail = true;
@@ -65,7 +71,7 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       }
     } else {
       Warn(absl::StrCat("ignoring unknown GORODEBUG key \"", key,
-                        "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail)"));
+                        "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail, sigquitdump)"));
     }
   }
   return s;

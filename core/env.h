@@ -6,6 +6,7 @@
 //                              timeslice=DURATION   e.g. 10ms, 200us (absl format)
 //                              schedtrace=MS        print scheduler state every MS ms
 //                              scheddetail=1        more detail in schedtrace
+//                              sigquitdump=0        no goroutine dump on SIGQUIT
 //
 // A malformed value is reported on stderr in one line and ignored.
 #ifndef GORO_CORE_ENV_H_
@@ -25,6 +26,7 @@ struct EnvSettings {
   std::optional<absl::Duration> time_slice;
   int64_t schedtrace_ms = 0;
   bool scheddetail = false;
+  bool sigquit_dump = true;
 };
 
 // Parses the given values (nullptr: unset); warnings go to stderr.

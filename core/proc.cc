@@ -1186,7 +1186,13 @@ void NewProc(const ClosureOps* ops, void* f) {
   M* m = CurrentM();
   P* p = m != nullptr ? m->p : nullptr;
   G* g = p != nullptr ? GfreeGet(p) : nullptr;
-  if (g == nullptr) g = new G();
+  if (g == nullptr) {
+    g = new G();
+    G* head = sched.allgs.load(std::memory_order_relaxed);
+    do {
+      g->alllink = head;
+    } while (!sched.allgs.compare_exchange_weak(head, g, std::memory_order_release));
+  }
   ops->move_to(g->closure, f);
   g->closure_ops = ops;
   g->stackguard0.store(0, std::memory_order_relaxed);
@@ -1251,6 +1257,7 @@ void EnsureStarted(const Options& opts) {
       ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0,
       std::memory_order_relaxed);
   InstallSignalHandlers();
+  if (env.sigquit_dump) InstallQuitHandler();
   InitPreemptibleRanges();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {

@@ -139,6 +139,7 @@ struct alignas(64) G {
   Note note;
   int32_t lock_count = 0;  // LockOSThread nesting
   M* locked_m = nullptr;   // LockOSThread: the M this goroutine is wired to
+  G* alllink = nullptr;    // sched.allgs: every G ever made (they are never freed)
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
 static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");
@@ -307,6 +308,9 @@ struct Sched {
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
+  // Every G ever allocated, for dumps: pushed by CAS, never removed (Gs are
+  // recycled, not freed).
+  std::atomic<G*> allgs{nullptr};
   std::atomic<int64_t> coarse_now{0};  // written by sysmon (see CoarseNanotime)
   int64_t time_slice_ns = 0;
   // Whether Execute stamps each new slice with the TSC (short slices only;
@@ -477,6 +481,12 @@ void NetpollBreak();
 // Makes the goroutines of a Netpoll list runnable: onto the current P's run
 // queue if the M has one, else the global queue; wakes Ps as needed.
 void InjectGList(G* list);
+
+// Writes one line per goroutine that exists (id, state, wait reason, how long
+// it has waited) to fd. Reads racily, takes no lock and allocates nothing, so
+// that it can run in a signal handler (SIGQUIT) or a fatal error.
+void DumpGoroutinesToFd(int fd);
+void InstallQuitHandler();
 
 // Stacks (core/stack.cc).
 Stack StackAlloc(P* p);

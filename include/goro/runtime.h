@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -117,6 +118,14 @@ struct Stats {
   int threads = 0;        // number of Ms (OS threads) created
 };
 Stats GetStats();
+
+// Writes one line per goroutine - its id, state, what it waits for and for
+// how long - like the start of Go's goroutine dump:
+//   goroutine 7 [chan receive, 12 s]:
+// SIGQUIT (Ctrl-\) prints the same to stderr and exits with status 2, as in
+// Go, unless the program installed its own SIGQUIT handler or set
+// GORODEBUG=sigquitdump=0. (No backtraces yet.)
+void DumpGoroutines(std::ostream& out);
 
 }  // namespace goro
 

@@ -1,0 +1,81 @@
+// Goroutine dumps: DumpGoroutines and SIGQUIT.
+//
+// Each test fails if the dump misses a goroutine's id or what it waits for,
+// lists goroutines that have finished, if SIGQUIT does not print the dump and
+// exit with status 2, or if GORODEBUG=sigquitdump=0 does not leave SIGQUIT
+// alone.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+TEST(DumpTest, ListsBlockedGoroutinesWithWhatTheyWaitFor) {
+  std::string dump;
+  std::atomic<int64_t> recv_id{0}, sleep_id{0}, done_id{0};
+  goro_test::RunBounded([&] {
+    goro::Chan<int> never;
+    goro::WaitGroup parked, finished;
+    parked.Add(2);
+    finished.Add(1);
+    goro::Go([never, &recv_id, &parked]() mutable {
+      recv_id = goro::GoroutineId();
+      parked.Done();
+      never.Recv();
+    });
+    goro::Go([&sleep_id, &parked] {
+      sleep_id = goro::GoroutineId();
+      parked.Done();
+      goro::SleepFor(absl::Seconds(30));
+    });
+    goro::Go([&done_id, &finished] {
+      done_id = goro::GoroutineId();
+      finished.Done();
+    });
+    parked.Wait();
+    finished.Wait();
+    goro::SleepFor(absl::Milliseconds(50));  // let both park and the third exit
+    std::ostringstream out;
+    goro::DumpGoroutines(out);
+    dump = out.str();
+    never.Close();  // releases the receiver
+  });
+  EXPECT_NE(dump.find(absl::StrCat("goroutine ", recv_id.load(), " [chan receive")), std::string::npos) << dump;
+  EXPECT_NE(dump.find(absl::StrCat("goroutine ", sleep_id.load(), " [sleep")), std::string::npos) << dump;
+  EXPECT_EQ(dump.find(absl::StrCat("goroutine ", done_id.load(), " [")), std::string::npos)
+      << "a finished goroutine is listed:\n" << dump;
+  EXPECT_NE(dump.find("[running]"), std::string::npos) << "the dumping goroutine is not listed:\n" << dump;
+}
+
+[[noreturn]] void QuitWithBlockedGoroutine() {
+  goro_test::StartRuntime();
+  goro::Chan<int> never;
+  goro::Go([never]() mutable { never.Recv(); });
+  goro::SleepFor(absl::Milliseconds(50));
+  raise(SIGQUIT);
+  _exit(0);  // not reached if the dump runs
+}
+
+TEST(DumpTest, SigquitPrintsTheDumpAndExitsWithStatus2) {
+  EXPECT_EXIT(QuitWithBlockedGoroutine(), ::testing::ExitedWithCode(2),
+              "SIGQUIT: quit(.|\n)*goroutine [0-9]+ \\[chan receive");
+}
+
+TEST(DumpTest, GorodebugSigquitdumpOffLeavesTheDefaultAction) {
+  EXPECT_EXIT(
+      {
+        setenv("GORODEBUG", "sigquitdump=0", 1);
+        QuitWithBlockedGoroutine();
+      },
+      ::testing::KilledBySignal(SIGQUIT), "");
+}
+
+}  // namespace
