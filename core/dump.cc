@@ -5,22 +5,104 @@
 //   goroutine 7 [running]:
 //   goroutine 9 [sleep, 3 ms]:
 //
+// Each parked goroutine's line is followed by its backtrace, walked by
+// libunwind from the registers its last switch saved (arch::SwitchFrame).
+// libunwind is dlopen'ed with RTLD_LOCAL at the first dump rather than linked:
+// Debian's libunwind exports _Unwind_* too, and linked in it would take over
+// C++ exception unwinding from libgcc (DESIGN.md, "Tracebacks").
+//
 // The SIGQUIT path runs in a signal handler while other threads keep
-// running: it reads goroutine records racily, formats into a stack buffer and
-// writes with write(2). Backtraces are not printed yet (they need libunwind;
-// see the note on issue 5).
+// running: it reads goroutine records racily and exits afterwards, so it may
+// do what a handler should not (dlopen, demangling), like Go's.
+#include <cxxabi.h>
+#include <dlfcn.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <ostream>
+
+#include <cstdlib>
 
 #include "core/fatal.h"
 #include "core/runtime.h"
 
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>  // types only; the functions come from dlopen
+
 namespace goro::internal {
 
 namespace {
+
+struct Unwinder {
+  int (*init_local)(unw_cursor_t*, unw_context_t*) = nullptr;
+  int (*step)(unw_cursor_t*) = nullptr;
+  int (*get_proc_name)(unw_cursor_t*, char*, size_t, unw_word_t*) = nullptr;
+  int (*get_reg)(unw_cursor_t*, unw_regnum_t, unw_word_t*) = nullptr;
+};
+
+const Unwinder& GetUnwinder() {
+  static const Unwinder u = [] {
+    Unwinder w;
+    void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return w;
+    w.init_local = reinterpret_cast<decltype(w.init_local)>(dlsym(h, "_ULx86_64_init_local"));
+    w.step = reinterpret_cast<decltype(w.step)>(dlsym(h, "_ULx86_64_step"));
+    w.get_proc_name = reinterpret_cast<decltype(w.get_proc_name)>(dlsym(h, "_ULx86_64_get_proc_name"));
+    w.get_reg = reinterpret_cast<decltype(w.get_reg)>(dlsym(h, "_ULx86_64_get_reg"));
+    if (!w.init_local || !w.step || !w.get_proc_name || !w.get_reg) w = Unwinder{};
+    return w;
+  }();
+  return u;
+}
+
+// Writes "\t<function>+0x<offset>\n" lines for a parked goroutine, walked from
+// the registers its last switch saved. Calls out(line, length) per line.
+template <typename Out>
+void BacktraceParked(const G* g, Out out) {
+  const Unwinder& u = GetUnwinder();
+  if (u.init_local == nullptr || g->stack.hi == 0 || g->ctx.sp == nullptr) return;
+  auto* f = static_cast<const arch::SwitchFrame*>(g->ctx.sp);
+  unw_context_t uc;
+  memset(&uc, 0, sizeof uc);
+  // The state just after SwitchContext returned into its caller: the caller's
+  // PC, its stack pointer above the popped frame, and its callee-saved
+  // registers (all that DWARF unwinding needs).
+  uc.uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(f->rip);
+  uc.uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(reinterpret_cast<uintptr_t>(f) + sizeof *f);
+  uc.uc_mcontext.gregs[REG_RBP] = static_cast<greg_t>(f->rbp);
+  uc.uc_mcontext.gregs[REG_RBX] = static_cast<greg_t>(f->rbx);
+  uc.uc_mcontext.gregs[REG_R12] = static_cast<greg_t>(f->r12);
+  uc.uc_mcontext.gregs[REG_R13] = static_cast<greg_t>(f->r13);
+  uc.uc_mcontext.gregs[REG_R14] = static_cast<greg_t>(f->r14);
+  uc.uc_mcontext.gregs[REG_R15] = static_cast<greg_t>(f->r15);
+  unw_cursor_t cur;
+  if (u.init_local(&cur, &uc) != 0) return;
+  for (int depth = 0; depth < 32; ++depth) {
+    unw_word_t sp = 0;
+    u.get_reg(&cur, UNW_REG_SP, &sp);
+    if (sp < g->stack.lo || sp > g->stack.hi) break;  // left the stack: stop
+    char name[256];
+    unw_word_t off = 0;
+    char line[400];
+    size_t n = 0;
+    if (u.get_proc_name(&cur, name, sizeof name, &off) == 0) {
+      int status = -1;
+      char* dem = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      const char* shown = status == 0 && dem != nullptr ? dem : name;
+      n = static_cast<size_t>(snprintf(line, sizeof line, "\t%.300s+0x%lx\n", shown,
+                                       static_cast<unsigned long>(off)));
+      free(dem);
+    } else {
+      n = static_cast<size_t>(snprintf(line, sizeof line, "\t?\n"));
+    }
+    out(line, std::min(n, sizeof line - 1));
+    if (u.step(&cur) <= 0) break;
+  }
+}
 
 size_t Append(char* buf, size_t n, size_t cap, const char* s) {
   while (*s != '\0' && n < cap) buf[n++] = *s++;
@@ -92,10 +174,17 @@ void DumpGoroutinesToFd(int fd) {
   for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
     char line[160];
     size_t n = FormatG(g, now, line, sizeof line);
-    if (n > 0) {
-      ssize_t w = write(fd, line, n);
-      (void)w;
+    if (n == 0) continue;
+    ssize_t w = write(fd, line, n);
+    GStatus st = g->status.load(std::memory_order_acquire);
+    if (st == GStatus::kWaiting || st == GStatus::kRunnable) {
+      BacktraceParked(g, [fd](const char* l, size_t len) {
+        ssize_t r = write(fd, l, len);
+        (void)r;
+      });
     }
+    w = write(fd, "\n", 1);
+    (void)w;
   }
 }
 
@@ -120,7 +209,15 @@ void DumpGoroutines(std::ostream& out) {
   for (internal::G* g = internal::sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
     char line[160];
     size_t n = internal::FormatG(g, now, line, sizeof line);
-    if (n > 0) out.write(line, static_cast<std::streamsize>(n));
+    if (n == 0) continue;
+    out.write(line, static_cast<std::streamsize>(n));
+    // Only parked goroutines have saved registers to walk from.
+    if (g->status.load(std::memory_order_acquire) == internal::GStatus::kWaiting) {
+      internal::BacktraceParked(g, [&out](const char* l, size_t len) {
+        out.write(l, static_cast<std::streamsize>(len));
+      });
+    }
+    out << '\n';
   }
 }
 
