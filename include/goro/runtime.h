@@ -119,12 +119,15 @@ struct Stats {
 };
 Stats GetStats();
 
-// Writes one line per goroutine - its id, state, what it waits for and for
-// how long - like the start of Go's goroutine dump:
+// Writes every goroutine - its id, state, what it waits for and for how long,
+// and for a parked one its backtrace - like Go's goroutine dump:
 //   goroutine 7 [chan receive, 12 s]:
-// SIGQUIT (Ctrl-\) prints the same to stderr and exits with status 2, as in
-// Go, unless the program installed its own SIGQUIT handler or set
-// GORODEBUG=sigquitdump=0. (No backtraces yet.)
+//   	goro::internal::ChanRecv(...)+0xd2
+//   	Worker(goro::Chan<int>)+0x1a
+// SIGQUIT (Ctrl-\ in a terminal) prints the same to stderr and exits with
+// status 2, as in Go, unless the program installed its own SIGQUIT handler or
+// set GORODEBUG=sigquitdump=0. Backtraces need libunwind.so.8 at run time (it
+// is loaded at the first dump, not linked); without it the dump has none.
 void DumpGoroutines(std::ostream& out);
 
 }  // namespace goro
