@@ -161,6 +161,25 @@ size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
   return n;
 }
 
+// Writes every existing goroutine's line, and a backtrace for each parked
+// one, through out(chars, length). A waiting goroutine stays put while its
+// stack is walked unless something readies it meanwhile; a runnable one may
+// be picked up by another thread at any moment, so it is walked only when
+// the process is about to exit anyway (walk_runnable, the SIGQUIT path).
+template <typename Out>
+void DumpAll(Out out, bool walk_runnable) {
+  int64_t now = Nanotime();
+  for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
+    char line[160];
+    size_t n = FormatG(g, now, line, sizeof line);
+    if (n == 0) continue;
+    out(line, n);
+    GStatus st = g->status.load(std::memory_order_acquire);
+    if (st == GStatus::kWaiting || (walk_runnable && st == GStatus::kRunnable)) BacktraceParked(g, out);
+    out("\n", 1);
+  }
+}
+
 void QuitHandler(int) {
   WriteStderr("SIGQUIT: quit\n\n");
   DumpGoroutinesToFd(STDERR_FILENO);
@@ -170,22 +189,11 @@ void QuitHandler(int) {
 }  // namespace
 
 void DumpGoroutinesToFd(int fd) {
-  int64_t now = Nanotime();
-  for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
-    char line[160];
-    size_t n = FormatG(g, now, line, sizeof line);
-    if (n == 0) continue;
-    ssize_t w = write(fd, line, n);
-    GStatus st = g->status.load(std::memory_order_acquire);
-    if (st == GStatus::kWaiting || st == GStatus::kRunnable) {
-      BacktraceParked(g, [fd](const char* l, size_t len) {
-        ssize_t r = write(fd, l, len);
-        (void)r;
-      });
-    }
-    w = write(fd, "\n", 1);
+  auto out = [fd](const char* s, size_t n) {
+    ssize_t w = write(fd, s, n);
     (void)w;
-  }
+  };
+  DumpAll(out, /*walk_runnable=*/true);
 }
 
 void InstallQuitHandler() {
@@ -205,20 +213,8 @@ void InstallQuitHandler() {
 namespace goro {
 
 void DumpGoroutines(std::ostream& out) {
-  int64_t now = internal::Nanotime();
-  for (internal::G* g = internal::sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
-    char line[160];
-    size_t n = internal::FormatG(g, now, line, sizeof line);
-    if (n == 0) continue;
-    out.write(line, static_cast<std::streamsize>(n));
-    // Only parked goroutines have saved registers to walk from.
-    if (g->status.load(std::memory_order_acquire) == internal::GStatus::kWaiting) {
-      internal::BacktraceParked(g, [&out](const char* l, size_t len) {
-        out.write(l, static_cast<std::streamsize>(len));
-      });
-    }
-    out << '\n';
-  }
+  internal::DumpAll([&out](const char* s, size_t n) { out.write(s, static_cast<std::streamsize>(n)); },
+                    /*walk_runnable=*/false);
 }
 
 }  // namespace goro
