@@ -130,6 +130,16 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
 }
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
+// Sends the preemption signal to m, whose signal_pending the caller has set;
+// clears it again if the signal could not be sent (one in flight per M).
+void SendPreemptSignal(M* m) {
+  if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {
+    sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    m->signal_pending.store(false, std::memory_order_relaxed);
+  }
+}
+
 // Right before a signal: is the thread still on a CPU? Its CPU clock must
 // advance over ~3 us, or the kernel must say it is not asleep. This shrinks
 // the window in which a thread that just entered a blocking call (after the
@@ -302,13 +312,7 @@ void* SysmonMain(void*) {
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
-        if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) {
-          if (::syscall(SYS_tgkill, getpid(), r.m->tid, sched.preempt_signal) == 0) {
-            sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
-          } else {
-            r.m->signal_pending.store(false, std::memory_order_relaxed);
-          }
-        }
+        if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) SendPreemptSignal(r.m);
       }
       until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
       ++k;
@@ -348,11 +352,7 @@ bool PreemptOne(P* p, uint32_t tick) {
       m->signal_pending.store(false, std::memory_order_release);
       return true;
     }
-    if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {
-      sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      m->signal_pending.store(false, std::memory_order_relaxed);
-    }
+    SendPreemptSignal(m);
   }
   return true;
 }
