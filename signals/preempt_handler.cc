@@ -27,6 +27,7 @@
 #include "arch/cpu.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "signals/forward.h"
 
 namespace goro::internal {
 
@@ -41,14 +42,10 @@ pid_t our_pid = 0;
 uintptr_t TrampolineRoom() { return 8 + 8 + 15 * 8 + 64 + goro_xsave_size + 2048; }
 
 void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
-  const struct sigaction& prev = previous_preempt;
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, uctx);
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
-    prev.sa_handler(sig);
-  }
-  // SIG_DFL of SIGURG is to ignore it; for another signal chosen by the user
-  // there is nothing sensible to do but ignore a stray one too.
+  // With no handler to call: SIG_DFL of SIGURG is to ignore it; for another
+  // signal chosen by the user there is nothing sensible to do but ignore a
+  // stray one too.
+  CallPreviousHandler(previous_preempt, sig, info, uctx);
 }
 
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {

@@ -21,6 +21,7 @@
 
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "signals/forward.h"
 
 namespace goro::internal {
 
@@ -47,15 +48,7 @@ size_t FormatDecimal(char* buf, int64_t v) {
 }
 
 void ForwardSignal(int sig, siginfo_t* info, void* uctx, const struct sigaction& prev) {
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction != nullptr) {
-      prev.sa_sigaction(sig, info, uctx);
-      return;
-    }
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
-    prev.sa_handler(sig);
-    return;
-  }
+  if (CallPreviousHandler(prev, sig, info, uctx)) return;
   // Default action: restore it and return, so the faulting instruction runs
   // again and the kernel kills the process with the right signal and core.
   signal(sig, SIG_DFL);
