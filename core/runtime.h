@@ -497,8 +497,6 @@ void StackFree(P* p, Stack s);
 // every P is idle). Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
 void StackInitGlobal(size_t stack_size);
-// Which guard the stacks use: "madvise-guard" or "mprotect".
-const char* StackGuardKind();
 
 // Signals (signals/signals.cc).
 void InstallSignalHandlers();

@@ -136,10 +136,6 @@ void StackInitGlobal(size_t size) {
   stack_size = (size + page_size - 1) & ~(page_size - 1);
 }
 
-const char* StackGuardKind() {
-  return guard_by_madvise.load(std::memory_order_relaxed) ? "madvise-guard" : "mprotect";
-}
-
 Stack StackAlloc(P* p) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   {
