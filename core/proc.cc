@@ -340,6 +340,8 @@ void NewM(P* p, bool spinning) {
   {
     absl::MutexLock lock(&sched.mu);
     if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
+    m->alllink = sched.allm.load(std::memory_order_relaxed);
+    sched.allm.store(m, std::memory_order_release);  // read without the lock
   }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -1240,6 +1242,9 @@ void EnsureStarted(const Options& opts) {
   sched.time_slice_ns = std::max<int64_t>(absl::ToInt64Nanoseconds(o.time_slice), 50000);
   sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
+  sched.start_time = Nanotime();
+  sched.schedtrace_ns = env.schedtrace_ms * 1000 * 1000;
+  sched.scheddetail = env.scheddetail;
   const arch::CpuInfo& cpu = arch::ProbeCpu();
   if (o.async_preemption && !cpu.xsave) {
     WriteStderr("goro: this CPU has no usable XSAVE; async preemption is off\n");

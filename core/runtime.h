@@ -190,6 +190,7 @@ struct M {
   std::atomic<bool> revoked{false};
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
+  M* alllink = nullptr;  // sched.allm: every M ever made (they never exit)
 };
 
 inline constexpr int kStackCacheSize = 64;
@@ -311,6 +312,12 @@ struct Sched {
   // Every G ever allocated, for dumps: pushed by CAS, never removed (Gs are
   // recycled, not freed).
   std::atomic<G*> allgs{nullptr};
+  std::atomic<M*> allm{nullptr};
+  int64_t start_time = 0;  // Nanotime when the runtime started
+  // GORODEBUG=schedtrace/scheddetail: sysmon prints a line every
+  // schedtrace_ns (0: never), with per-P/M/G lines if scheddetail.
+  int64_t schedtrace_ns = 0;
+  bool scheddetail = false;
   std::atomic<int64_t> coarse_now{0};  // written by sysmon (see CoarseNanotime)
   int64_t time_slice_ns = 0;
   // Whether Execute stamps each new slice with the TSC (short slices only;
@@ -449,6 +456,8 @@ bool DelTimer(Timer* t);
 int64_t RunTimers(P* p, int64_t now, int* fired = nullptr);
 // The earliest timer over all Ps (0: none).
 int64_t EarliestTimer();
+// How many timers p's heap holds (takes its lock).
+size_t TimerCount(P* p);
 // Tells the scheduler a timer at `when` was added (wakes a sleeping M if needed).
 void WakeForTimer(int64_t when);
 
@@ -487,6 +496,10 @@ void InjectGList(G* list);
 // that it can run in a signal handler (SIGQUIT) or a fatal error.
 void DumpGoroutinesToFd(int fd);
 void InstallQuitHandler();
+
+// GORODEBUG=schedtrace: one line of scheduler state (and with `detail` one
+// per P, M and goroutine) to stderr; sysmon calls it (core/schedtrace.cc).
+void PrintSchedTrace(int64_t now, bool detail);
 
 // Stacks (core/stack.cc).
 Stack StackAlloc(P* p);

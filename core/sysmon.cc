@@ -182,7 +182,13 @@ void* SysmonMain(void*) {
   int64_t retry = kSysmonRecheckNs;  // grows while a request goes unanswered
   int64_t sleep = max_sleep;
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
+  const int64_t trace_every = sched.schedtrace_ns;
+  int64_t next_trace = trace_every > 0 ? sched.start_time + trace_every : INT64_MAX;
   for (;;) {
+    if (int64_t now = Nanotime(); now >= next_trace) {
+      PrintSchedTrace(now, sched.scheddetail);
+      next_trace += trace_every * ((now - next_trace) / trace_every + 1);
+    }
     if (int64_t now = Nanotime(); now >= next_scavenge) {
       bool more = StackScavenge();
       next_scavenge = now + (more ? kScavengeBacklogNs : kScavengePeriodNs);
@@ -194,7 +200,12 @@ void* SysmonMain(void*) {
       sched.sysmon_note.Clear();
       continue;
     }
-    if (AllPsIdle()) {
+    if (next_trace != INT64_MAX) {
+      // Tracing: never sleep past the next line, even with nothing to run.
+      int64_t until = AllPsIdle() ? next_trace : std::min(next_trace, Nanotime() + std::max<int64_t>(sleep, 1000));
+      sched.sysmon_note.SleepUntil(until);
+      sched.sysmon_note.Clear();
+    } else if (AllPsIdle()) {
       sched.sysmon_deep.store(true, std::memory_order_seq_cst);
       if (AllPsIdle()) sched.sysmon_note.Sleep();
       sched.sysmon_deep.store(false, std::memory_order_relaxed);

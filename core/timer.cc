@@ -111,6 +111,13 @@ int64_t RunTimers(P* p, int64_t now, int* fired) {
   return next;
 }
 
+size_t TimerCount(P* p) {
+  p->timers_lock.Lock();
+  size_t n = p->timers.size();
+  p->timers_lock.Unlock();
+  return n;
+}
+
 int64_t EarliestTimer() {
   int64_t next = 0;
   for (P* p : sched.allp) {

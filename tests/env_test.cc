@@ -191,6 +191,46 @@ TEST(EnvTest, GoodGorodebugSettingsAreQuiet) {
   }
 }
 
+// schedtrace=MS prints Go's line every MS ms, also while every P is idle
+// (the probe sleeps): sysmon must not sleep deeply past a line.
+TEST(EnvTest, SchedtracePrintsGoLinesPeriodically) {
+  ProbeResult r = RunProbe({{"GORODEBUG", "schedtrace=20"}, {"GOROMAXPROCS", "2"}}, {"--hold_ms=300"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  int sched_lines = 0;
+  for (const std::string& line : r.err_lines) {
+    ASSERT_TRUE(absl::StartsWith(line, "SCHED ")) << "unexpected stderr line: " << line;
+    EXPECT_TRUE(absl::StrContains(line, "ms: gomaxprocs=2 idleprocs=")) << line;
+    for (const char* field : {" threads=", " spinningthreads=", " idlethreads=", " runqueue="}) {
+      EXPECT_TRUE(absl::StrContains(line, field)) << field << " missing: " << line;
+    }
+    // One local queue length per P.
+    size_t open = line.find('['), close = line.find(']');
+    ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << line;
+    std::vector<std::string> lrq = absl::StrSplit(line.substr(open + 1, close - open - 1), ' ');
+    EXPECT_EQ(lrq.size(), 2u) << line;
+    ++sched_lines;
+  }
+  // 300 ms at one line per 20 ms: about 15; a loaded machine may lose some.
+  EXPECT_GE(sched_lines, 5) << Describe(r);
+}
+
+TEST(EnvTest, ScheddetailAddsPMAndGoroutineLines) {
+  ProbeResult r = RunProbe({{"GORODEBUG", "schedtrace=50,scheddetail=1"}, {"GOROMAXPROCS", "2"}},
+                           {"--hold_ms=300"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  bool p0 = false, p1 = false, m = false, blocked_g = false;
+  for (const std::string& line : r.err_lines) {
+    p0 |= absl::StartsWith(line, "  P0: status=") && absl::StrContains(line, " runqsize=");
+    p1 |= absl::StartsWith(line, "  P1: status=");
+    m |= absl::StartsWith(line, "  M") && absl::StrContains(line, ": p=") &&
+         absl::StrContains(line, " curg=");
+    // The probe's second goroutine waits in a channel receive throughout.
+    blocked_g |= absl::StartsWith(line, "  G2: status=waiting(chan receive) m=-1");
+  }
+  EXPECT_TRUE(p0 && p1 && m && blocked_g) << "P0 " << p0 << " P1 " << p1 << " M " << m
+                                          << " G2 " << blocked_g << "\n" << Describe(r);
+}
+
 TEST(EnvTest, BadValueAmongGoodOnesIsReportedAlone) {
   ProbeResult r = RunProbe({{"GORODEBUG", "asyncpreemptoff=1,timeslice=xyz"}, {"GOROMAXPROCS", "2"}});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
