@@ -19,9 +19,12 @@
 #include <signal.h>
 #include <ucontext.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <ostream>
 
@@ -39,6 +42,8 @@ namespace {
 
 struct Unwinder {
   int (*init_local)(unw_cursor_t*, unw_context_t*) = nullptr;
+  int (*init_local2)(unw_cursor_t*, unw_context_t*, int) = nullptr;
+  int (*getcontext)(unw_context_t*) = nullptr;
   int (*step)(unw_cursor_t*) = nullptr;
   int (*get_proc_name)(unw_cursor_t*, char*, size_t, unw_word_t*) = nullptr;
   int (*get_reg)(unw_cursor_t*, unw_regnum_t, unw_word_t*) = nullptr;
@@ -50,17 +55,82 @@ const Unwinder& GetUnwinder() {
     void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) return w;
     w.init_local = reinterpret_cast<decltype(w.init_local)>(dlsym(h, "_ULx86_64_init_local"));
+    w.init_local2 = reinterpret_cast<decltype(w.init_local2)>(dlsym(h, "_ULx86_64_init_local2"));
+    w.getcontext = reinterpret_cast<decltype(w.getcontext)>(dlsym(h, "_Ux86_64_getcontext"));
     w.step = reinterpret_cast<decltype(w.step)>(dlsym(h, "_ULx86_64_step"));
     w.get_proc_name = reinterpret_cast<decltype(w.get_proc_name)>(dlsym(h, "_ULx86_64_get_proc_name"));
     w.get_reg = reinterpret_cast<decltype(w.get_reg)>(dlsym(h, "_ULx86_64_get_reg"));
-    if (!w.init_local || !w.step || !w.get_proc_name || !w.get_reg) w = Unwinder{};
+    if (!w.init_local || !w.init_local2 || !w.getcontext || !w.step || !w.get_proc_name || !w.get_reg) {
+      w = Unwinder{};
+    }
     return w;
   }();
   return u;
 }
 
-// Writes "\t<function>+0x<offset>\n" lines for a parked goroutine, walked from
-// the registers its last switch saved. Calls out(line, length) per line.
+// The frames of the fatal-error machinery itself, left off the top of a
+// fatal error's backtrace so that it starts where the program failed.
+bool ReportingFrame(const char* name) {
+  static constexpr const char* kPrefixes[] = {
+      "goro::internal::WriteTraceback",   "goro::internal::(anonymous namespace)::Die",
+      "goro::internal::Fatal",            "goro::internal::(anonymous namespace)::OnTerminate",
+      "std::rethrow_exception",           "std::terminate",
+      "__cxxabiv1::",
+  };
+  for (const char* p : kPrefixes) {
+    if (strncmp(name, p, strlen(p)) == 0) return true;
+  }
+  return false;
+}
+
+// Writes "\t<function>+0x<offset>\n" lines through out(line, length) from
+// an initialized cursor, at most max_frames of them (then a line saying
+// more were left out), stopping where the stack pointer leaves [lo, hi]
+// (hi == 0: no bound, for thread stacks). skip_reporting: leave off leading
+// frames of the fatal-error machinery.
+template <typename Out>
+void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, Out out,
+                bool skip_reporting = false) {
+  const Unwinder& u = GetUnwinder();
+  for (int depth = 0;; ++depth) {
+    unw_word_t sp = 0;
+    u.get_reg(cur, UNW_REG_SP, &sp);
+    if (hi != 0 && (sp < lo || sp > hi)) break;  // left the stack: stop
+    if (depth == max_frames) {
+      const char kElided[] = "\t...additional frames elided...\n";
+      out(kElided, sizeof kElided - 1);
+      break;
+    }
+    char name[256];
+    unw_word_t off = 0;
+    char line[400];
+    size_t n = 0;
+    if (u.get_proc_name(cur, name, sizeof name, &off) == 0) {
+      int status = -1;
+      char* dem = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      const char* shown = status == 0 && dem != nullptr ? dem : name;
+      if (skip_reporting && ReportingFrame(shown)) {
+        free(dem);
+        --depth;
+        if (u.step(cur) <= 0) break;
+        continue;
+      }
+      skip_reporting = false;
+      n = static_cast<size_t>(snprintf(line, sizeof line, "\t%.300s+0x%lx\n", shown,
+                                       static_cast<unsigned long>(off)));
+      free(dem);
+    } else {
+      n = static_cast<size_t>(snprintf(line, sizeof line, "\t?\n"));
+    }
+    out(line, std::min(n, sizeof line - 1));
+    if (u.step(cur) <= 0) break;
+  }
+}
+
+constexpr int kMaxFrames = 64;
+
+// A parked goroutine's backtrace, walked from the registers its last switch
+// saved.
 template <typename Out>
 void BacktraceParked(const G* g, Out out) {
   const Unwinder& u = GetUnwinder();
@@ -81,27 +151,34 @@ void BacktraceParked(const G* g, Out out) {
   uc.uc_mcontext.gregs[REG_R15] = static_cast<greg_t>(f->r15);
   unw_cursor_t cur;
   if (u.init_local(&cur, &uc) != 0) return;
-  for (int depth = 0; depth < 32; ++depth) {
-    unw_word_t sp = 0;
-    u.get_reg(&cur, UNW_REG_SP, &sp);
-    if (sp < g->stack.lo || sp > g->stack.hi) break;  // left the stack: stop
-    char name[256];
-    unw_word_t off = 0;
-    char line[400];
-    size_t n = 0;
-    if (u.get_proc_name(&cur, name, sizeof name, &off) == 0) {
-      int status = -1;
-      char* dem = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-      const char* shown = status == 0 && dem != nullptr ? dem : name;
-      n = static_cast<size_t>(snprintf(line, sizeof line, "\t%.300s+0x%lx\n", shown,
-                                       static_cast<unsigned long>(off)));
-      free(dem);
-    } else {
-      n = static_cast<size_t>(snprintf(line, sizeof line, "\t?\n"));
-    }
-    out(line, std::min(n, sizeof line - 1));
-    if (u.step(&cur) <= 0) break;
-  }
+  WalkFrames(&cur, g->stack.lo, g->stack.hi, kMaxFrames, out);
+}
+
+// The backtrace of the code a signal interrupted on this thread, from the
+// handler's context. g: the goroutine it interrupted (bounds the walk), or
+// nullptr for a thread stack.
+template <typename Out>
+void BacktraceSignal(const G* g, void* uctx, Out out) {
+  const Unwinder& u = GetUnwinder();
+  if (u.init_local2 == nullptr || uctx == nullptr) return;
+  unw_cursor_t cur;
+  if (u.init_local2(&cur, static_cast<unw_context_t*>(uctx), UNW_INIT_SIGNAL_FRAME) != 0) return;
+  uintptr_t lo = g != nullptr ? g->stack.lo - 64 * 4096 : 0;  // a fault may sit just below lo
+  WalkFrames(&cur, lo, g != nullptr ? g->stack.hi : 0, kMaxFrames, out);
+}
+
+// The calling thread's backtrace, from its caller's frame (or from the first
+// frame outside the fatal-error machinery).
+template <typename Out>
+__attribute__((noinline)) void BacktraceHere(const G* g, Out out, bool skip_reporting = false) {
+  const Unwinder& u = GetUnwinder();
+  if (u.getcontext == nullptr) return;
+  unw_context_t uc;
+  unw_cursor_t cur;
+  if (u.getcontext(&uc) != 0 || u.init_local(&cur, &uc) != 0) return;
+  if (u.step(&cur) <= 0) return;  // this function's own frame
+  WalkFrames(&cur, g != nullptr ? g->stack.lo : 0, g != nullptr ? g->stack.hi : 0, kMaxFrames, out,
+             skip_reporting);
 }
 
 size_t Append(char* buf, size_t n, size_t cap, const char* s) {
@@ -161,40 +238,131 @@ size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
   return n;
 }
 
-// Writes every existing goroutine's line, and a backtrace for each parked
-// one, through out(chars, length). A waiting goroutine stays put while its
-// stack is walked unless something readies it meanwhile; a runnable one may
-// be picked up by another thread at any moment, so it is walked only when
-// the process is about to exit anyway (walk_runnable, the SIGQUIT path).
+// Who is dumping, which decides what may be walked:
+//   kFromCode  goro::DumpGoroutines: the process goes on, so only goroutines
+//              that cannot move meanwhile are walked (waiting ones, and the
+//              caller itself);
+//   kFatal     a fatal error: the process is about to abort; runnable ones
+//              are walked too;
+//   kSigquit   SIGQUIT: as kFatal, and each goroutine running (or blocked in
+//              a system call) on another thread is walked by that thread,
+//              from the context of a SIGQUIT sent to it.
+enum class DumpMode { kFromCode, kFatal, kSigquit };
+
+// A SIGQUIT dump asks one thread at a time for its running goroutine's
+// backtrace: it stores the thread's M here and signals it; the thread's
+// handler writes the backtrace to trace_fd and clears trace_target.
+std::atomic<M*> trace_target{nullptr};
+int trace_fd = -1;
+std::atomic<bool> sigquit_dumping{false};
+
+M* MRunning(const G* g) {
+  for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
+    if (__atomic_load_n(&m->curg, __ATOMIC_RELAXED) == g) return m;
+  }
+  return nullptr;
+}
+
+struct FdOut {
+  int fd;
+  void operator()(const char* s, size_t n) const {
+    ssize_t w = write(fd, s, n);
+    (void)w;
+  }
+};
+
+// The backtrace of g, running on m (another thread), by that thread.
+void AskThreadForBacktrace(M* m, int fd) {
+  trace_fd = fd;
+  trace_target.store(m, std::memory_order_release);
+  if (syscall(SYS_tgkill, getpid(), m->tid, SIGQUIT) != 0) {
+    trace_target.store(nullptr, std::memory_order_relaxed);
+    return;
+  }
+  for (int i = 0; i < 500 && trace_target.load(std::memory_order_acquire) != nullptr; ++i) {
+    struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, nullptr);
+  }
+  if (trace_target.exchange(nullptr, std::memory_order_acq_rel) != nullptr) {
+    FdOut{fd}("\t(no backtrace: its thread did not answer within 500 ms)\n", 57);
+  }
+}
+
+// Writes every existing goroutine's line, and the backtrace of each that
+// `mode` allows, through out(chars, length). A waiting goroutine stays put
+// while its stack is walked unless something readies it meanwhile.
+// uctx: the signal context of the calling thread (kSigquit), or nullptr.
 template <typename Out>
-void DumpAll(Out out, bool walk_runnable) {
+void DumpAll(Out out, DumpMode mode, void* uctx = nullptr, int fd = -1) {
   int64_t now = Nanotime();
+  M* self = CurrentM();
+  G* self_g = CurrentGoroutine();
   for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
     char line[160];
     size_t n = FormatG(g, now, line, sizeof line);
     if (n == 0) continue;
     out(line, n);
     GStatus st = g->status.load(std::memory_order_acquire);
-    if (st == GStatus::kWaiting || (walk_runnable && st == GStatus::kRunnable)) BacktraceParked(g, out);
+    if (st == GStatus::kWaiting || (mode != DumpMode::kFromCode && st == GStatus::kRunnable)) {
+      BacktraceParked(g, out);
+    } else if (st == GStatus::kRunning || st == GStatus::kSyscall) {
+      M* m = MRunning(g);
+      if (mode == DumpMode::kSigquit && m != nullptr && m == self) {
+        BacktraceSignal(g, uctx, out);
+      } else if (g == self_g) {
+        BacktraceHere(g, out);
+      } else if (mode == DumpMode::kSigquit && m != nullptr && m->tid != 0) {
+        AskThreadForBacktrace(m, fd);
+      } else {
+        const char kElsewhere[] = "\t(running on another thread)\n";
+        out(kElsewhere, sizeof kElsewhere - 1);
+      }
+    }
     out("\n", 1);
   }
 }
 
-void QuitHandler(int) {
+void QuitHandler(int sig, siginfo_t* info, void* uctx) {
+  M* m = CurrentM();
+  if (m != nullptr && trace_target.load(std::memory_order_acquire) == m) {
+    // A dumping thread asks for our goroutine's backtrace.
+    if (G* g = m->curg) BacktraceSignal(g, uctx, FdOut{trace_fd});
+    trace_target.store(nullptr, std::memory_order_release);
+    return;
+  }
+  if (sigquit_dumping.exchange(true)) return;  // another thread is dumping; it exits
+  GetUnwinder();  // loaded before any other thread is asked to use it
   WriteStderr("SIGQUIT: quit\n\n");
-  DumpGoroutinesToFd(STDERR_FILENO);
+  DumpAll(FdOut{STDERR_FILENO}, DumpMode::kSigquit, uctx, STDERR_FILENO);
   _exit(2);
 }
 
 }  // namespace
 
-void DumpGoroutinesToFd(int fd) {
-  auto out = [fd](const char* s, size_t n) {
-    ssize_t w = write(fd, s, n);
-    (void)w;
-  };
-  DumpAll(out, /*walk_runnable=*/true);
+void DumpGoroutinesToFd(int fd) { DumpAll(FdOut{fd}, DumpMode::kFatal); }
+
+void WriteTraceback(void* uctx) {
+  G* g = CurrentGoroutine();
+  M* m = CurrentM();
+  char line[96];
+  int n;
+  if (g != nullptr) {
+    n = snprintf(line, sizeof line, "\ngoroutine %lld [running]:\n", static_cast<long long>(g->id));
+  } else if (m != nullptr) {
+    n = snprintf(line, sizeof line, "\nruntime thread M%lld:\n", static_cast<long long>(m->id));
+  } else {
+    n = snprintf(line, sizeof line, "\nthread %ld:\n", static_cast<long>(syscall(SYS_gettid)));
+  }
+  FdOut out{STDERR_FILENO};
+  out(line, static_cast<size_t>(std::max(n, 0)));
+  if (uctx != nullptr) {
+    BacktraceSignal(g, uctx, out);
+  } else {
+    BacktraceHere(g, out, /*skip_reporting=*/true);
+  }
 }
+
+void PreloadUnwinder() { GetUnwinder(); }
 
 void InstallQuitHandler() {
   struct sigaction cur;
@@ -202,8 +370,8 @@ void InstallQuitHandler() {
   if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL) return;  // the program's own choice
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = QuitHandler;
-  sa.sa_flags = SA_ONSTACK | SA_RESTART;
+  sa.sa_sigaction = QuitHandler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigfillset(&sa.sa_mask);
   sigaction(SIGQUIT, &sa, nullptr);
 }
@@ -214,7 +382,7 @@ namespace goro {
 
 void DumpGoroutines(std::ostream& out) {
   internal::DumpAll([&out](const char* s, size_t n) { out.write(s, static_cast<std::streamsize>(n)); },
-                    /*walk_runnable=*/false);
+                    internal::DumpMode::kFromCode);
 }
 
 }  // namespace goro

@@ -431,7 +431,7 @@ void CheckDeadLocked() {
   }
   if (EarliestTimer() != 0) return;
   if (sched.netpoll_waiters.load() > 0) return;  // I/O may yet wake someone
-  Fatal("all goroutines are asleep - deadlock!");
+  FatalDumpAll("all goroutines are asleep - deadlock!");
 }
 
 // ---------------------------------------------------------------------------
@@ -857,6 +857,26 @@ void OnResumeG() {
   m->in_switch.store(false, std::memory_order_relaxed);
 }
 
+std::terminate_handler previous_terminate = nullptr;
+
+// std::terminate on a goroutine with an exception in flight: an exception
+// escaped it. Anything else is the program's business.
+[[noreturn]] void OnTerminate() {
+  if (CurrentGoroutine() != nullptr && std::current_exception() != nullptr) {
+    std::string what;
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = absl::StrCat("uncaught exception: ", e.what());
+    } catch (...) {
+      what = "uncaught exception of a type not derived from std::exception";
+    }
+    FatalG(what);
+  }
+  if (previous_terminate != nullptr) previous_terminate();
+  std::abort();
+}
+
 void GoroutineMain(void* arg) {
   G* g = static_cast<G*>(arg);
   OnResumeG();
@@ -864,13 +884,11 @@ void GoroutineMain(void* arg) {
   // the switch that started it; user code may be preempted from here on.
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(0, std::memory_order_relaxed);
-  try {
-    g->closure_ops->run(g->closure);
-  } catch (const std::exception& e) {
-    FatalG(absl::StrCat("uncaught exception: ", e.what()));
-  } catch (...) {
-    FatalG("uncaught exception of a type not derived from std::exception");
-  }
+  // No try/catch: an exception that nothing catches finds the end of the
+  // stack at goro_start_context, and the C++ runtime calls std::terminate
+  // with the throwing frames still on the stack, where OnTerminate reports
+  // it with their backtrace.
+  g->closure_ops->run(g->closure);
   g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
   g->closure_ops = nullptr;
   g->preempt_off.store(1, std::memory_order_relaxed);
@@ -1263,6 +1281,7 @@ void EnsureStarted(const Options& opts) {
       std::memory_order_relaxed);
   InstallSignalHandlers();
   if (env.sigquit_dump) InstallQuitHandler();
+  previous_terminate = std::set_terminate(OnTerminate);
   InitPreemptibleRanges();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {

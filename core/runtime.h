@@ -492,10 +492,17 @@ void NetpollBreak();
 void InjectGList(G* list);
 
 // Writes one line per goroutine that exists (id, state, wait reason, how long
-// it has waited) to fd. Reads racily, takes no lock and allocates nothing, so
-// that it can run in a signal handler (SIGQUIT) or a fatal error.
+// it has waited) to fd, each followed by its backtrace if it is not running
+// on another thread. Reads racily and takes no lock, so that it can run in a
+// fatal error (core/dump.cc).
 void DumpGoroutinesToFd(int fd);
 void InstallQuitHandler();
+// Writes "goroutine N [running]:" (or the thread's name) and the calling
+// thread's backtrace to stderr: from uctx, a signal handler's context, or
+// from the caller if uctx is null. For fatal errors.
+void WriteTraceback(void* uctx);
+// Loads libunwind (dlopen) now rather than at the first dump or fatal error.
+void PreloadUnwinder();
 
 // GORODEBUG=schedtrace: one line of scheduler state (and with `detail` one
 // per P, M and goroutine) to stderr; sysmon calls it (core/schedtrace.cc).

@@ -70,14 +70,12 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
         memcpy(msg + n, s, l);
         n += l;
       };
-      put("fatal error: goroutine ");
+      put("goroutine ");
       n += FormatDecimal(msg + n, g->id);
       put(": stack overflow (stack of ");
       n += FormatDecimal(msg + n, static_cast<int64_t>(g->stack.hi - g->stack.lo));
-      put(" bytes exhausted)\n");
-      WriteStderr(absl::string_view(msg, n));
-      signal(SIGABRT, SIG_DFL);
-      abort();
+      put(" bytes exhausted)");
+      FatalSignal(absl::string_view(msg, n), uctx);
     }
   }
   errno = saved_errno;

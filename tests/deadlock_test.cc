@@ -44,6 +44,24 @@ TEST(DeadlockTest, RecvForeverOnAChannel) {
                kDeadlock);
 }
 
+__attribute__((noinline)) void RecvForeverInDeadlockTest(goro::Chan<int> c) {
+  std::optional<int> v = c.Recv();
+  fprintf(stderr, "received %d\n", v.value_or(-1));  // not a tail call
+}
+
+// Like Go's, the report lists every goroutine with what it waits for and
+// where: the culprits are found from the report alone.
+TEST(DeadlockTest, ReportListsEveryGoroutineWithItsBacktrace) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Chan<int> c;
+                 goro::Go([c] { RecvForeverInDeadlockTest(c); });
+                 goro::Chan<int> d;
+                 d.Send(1);
+               }),
+               "deadlock!\n(.|\n)*goroutine [0-9]+ \\[chan receive[^\n]*\n(\t[^\n]*\n)*"
+               "\t[^\n]*RecvForeverInDeadlockTest(.|\n)*goroutine 1 \\[chan send");
+}
+
 TEST(DeadlockTest, SendForeverOnAChannel) {
   EXPECT_DEATH(RunExpectingDeadlock([] {
                  goro::Chan<int> c;

@@ -112,6 +112,43 @@ TEST(DumpTest, SigquitPrintsTheDumpAndExitsWithStatus2) {
               "SIGQUIT: quit(.|\n)*goroutine [0-9]+ \\[chan receive(.|\n)*ParkedInDumpTest");
 }
 
+std::atomic<bool> spinner_started{false};
+
+// Runs on its own P and never reaches a safe point (no runtime call; the
+// child turns async preemption off), so it is running when SIGQUIT comes.
+__attribute__((noinline)) void SpinInDumpTest() {
+  spinner_started.store(true);
+  for (;;) asm volatile("pause");
+}
+
+__attribute__((noinline)) void RaiseQuitInDumpTest() {
+  raise(SIGQUIT);  // on this thread: the spinner's thread is asked
+  asm volatile("");  // not a tail call
+}
+
+[[noreturn]] void QuitWithRunningGoroutine() {
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 2;
+  opts.async_preemption = false;
+  goro::Run(
+      [] {
+        goro::Go([] { SpinInDumpTest(); });
+        while (!spinner_started.load()) goro::SleepFor(absl::Milliseconds(1));
+        RaiseQuitInDumpTest();
+      },
+      opts);
+  _exit(0);  // not reached if the dump runs
+}
+
+// A goroutine running on another thread is walked by that thread, from the
+// context of a SIGQUIT sent to it; the one that took the signal is walked
+// from its own signal context.
+TEST(DumpTest, SigquitWalksRunningGoroutinesOnTheirThreads) {
+  EXPECT_EXIT(QuitWithRunningGoroutine(), ::testing::ExitedWithCode(2),
+              "goroutine [0-9]+ \\[running\\]:\n\t[^\n]*SpinInDumpTest(.|\n)*"
+              "goroutine 1 \\[running\\]:\n(\t[^\n]*\n)*\t[^\n]*RaiseQuitInDumpTest");
+}
+
 TEST(DumpTest, GorodebugSigquitdumpOffLeavesTheDefaultAction) {
   EXPECT_EXIT(
       {

@@ -1,5 +1,6 @@
 // Fatal errors: misuse ends the process with one clear line naming the
 // goroutine, never silent corruption. Go's wording is used for the messages.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -135,6 +136,59 @@ TEST(FatalTest, ExceptionEscapingAGoroutineStartedWithGo) {
 
 TEST(FatalTest, NonStdExceptionEscapingAGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw 42; }), "goroutine [0-9]+: uncaught exception");
+}
+
+__attribute__((noinline)) void ThrowFromDeepInside(int depth) {
+  if (depth == 0) throw std::runtime_error("deep trouble");
+  ThrowFromDeepInside(depth - 1);
+  asm volatile("");  // not a tail call: every level stays on the stack
+}
+
+// The backtrace is taken where the exception was thrown, before anything
+// unwound: the throwing function and its callers are all in it.
+TEST(FatalTest, UncaughtExceptionReportShowsTheThrowSite) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go([] { ThrowFromDeepInside(5); });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               "uncaught exception: deep trouble\n\ngoroutine [0-9]+ \\[running\\]:\n"
+               "\t__cxa_throw[^\n]*\n(\t[^\n]*ThrowFromDeepInside[^\n]*\n){6}");
+}
+
+__attribute__((noinline)) void CloseTwiceInFatalTest() {
+  goro::Chan<int> c;
+  c.Close();
+  c.Close();
+  asm volatile("");
+}
+
+// Misuse: the backtrace starts at the runtime call that failed, not in the
+// reporting code, and goes on to its caller.
+TEST(FatalTest, MisuseReportShowsTheCaller) {
+  EXPECT_DEATH(RunInChild([] { CloseTwiceInFatalTest(); }),
+               "close of closed channel\n\ngoroutine [0-9]+ \\[running\\]:\n"
+               "\tgoro::internal::ChanClose[^\n]*\n\t[^\n]*CloseTwiceInFatalTest");
+}
+
+// Exceptions a goroutine catches itself are not reported, however deep.
+TEST(FatalTest, CaughtExceptionsAreNotReported) {
+  std::atomic<int> caught{0};
+  goro_test::RunBounded([&] {
+    goro::WaitGroup wg;
+    for (int i = 0; i < 8; ++i) {
+      wg.Add(1);
+      goro::Go([&] {
+        try {
+          ThrowFromDeepInside(20);
+        } catch (const std::runtime_error&) {
+          caught.fetch_add(1);
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+  });
+  EXPECT_EQ(caught.load(), 8);
 }
 
 // Matches a child's stderr that holds "failing goroutine is N" and, on one

@@ -45,6 +45,18 @@ TEST(StackTest, UnboundedRecursionDiesWithStackOverflow) {
       "goroutine [0-9]+: stack overflow");
 }
 
+// The report carries the overflowing goroutine's backtrace, walked from the
+// fault's signal context: the recursing function is on top.
+TEST(StackTest, OverflowReportShowsTheRecursion) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro::Run([] { RecurseForever(0); }, goro_test::TestOptions());
+      },
+      "stack overflow[^\n]*\n\ngoroutine [0-9]+ \\[running\\]:\n\t[^\n]*RecurseForever(.|\n)*"
+      "additional frames elided");
+}
+
 TEST(StackTest, OverflowOnAGoroutineStartedWithGo) {
   EXPECT_DEATH(
       {

@@ -120,14 +120,19 @@ struct Stats {
 Stats GetStats();
 
 // Writes every goroutine - its id, state, what it waits for and for how long,
-// and for a parked one its backtrace - like Go's goroutine dump:
+// and for a parked one (and the caller) its backtrace - like Go's goroutine
+// dump:
 //   goroutine 7 [chan receive, 12 s]:
 //   	goro::internal::ChanRecv(...)+0xd2
 //   	Worker(goro::Chan<int>)+0x1a
-// SIGQUIT (Ctrl-\ in a terminal) prints the same to stderr and exits with
-// status 2, as in Go, unless the program installed its own SIGQUIT handler or
-// set GORODEBUG=sigquitdump=0. Backtraces need libunwind.so.8 at run time (it
-// is loaded at the first dump, not linked); without it the dump has none.
+// Goroutines running on other threads are listed without a backtrace here.
+// SIGQUIT (Ctrl-\ in a terminal) prints the same to stderr, with those too
+// (each thread walks its own goroutine from a signal), and exits with status
+// 2, as in Go, unless the program installed its own SIGQUIT handler or set
+// GORODEBUG=sigquitdump=0. Fatal errors print the failing goroutine's
+// backtrace (and a deadlock every goroutine's). Backtraces need
+// libunwind.so.8 at run time (loaded by dlopen when the runtime starts, not
+// linked); without it they are left out. See docs/debugging.md.
 void DumpGoroutines(std::ostream& out);
 
 }  // namespace goro
