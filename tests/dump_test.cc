@@ -4,10 +4,12 @@
 // lists goroutines that have finished, if SIGQUIT does not print the dump and
 // exit with status 2, or if GORODEBUG=sigquitdump=0 does not leave SIGQUIT
 // alone.
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <exception>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -59,6 +61,60 @@ TEST(DumpTest, ParkedGoroutinesComeWithABacktrace) {
   // The goroutine's own function, and the runtime frames it parked through.
   EXPECT_NE(dump.find("ParkedInDumpTest"), std::string::npos) << dump;
   EXPECT_NE(dump.find("ChanRecv"), std::string::npos) << dump;
+}
+
+__attribute__((noinline)) void ThrowFromDepth(int depth) {
+  if (depth == 0) throw std::runtime_error("from deep down");
+  ThrowFromDepth(depth - 1);
+  asm volatile("");  // not a tail call
+}
+
+// libunwind is in the process (sysmon loads it; a dump uses it) but must not
+// have taken unwinding from libgcc: an exception thrown through 40 frames of
+// one goroutine and rethrown in another is caught, and pthread_exit's forced
+// unwinding still runs destructors.
+TEST(DumpTest, UnwindingStillBelongsToLibgcc) {
+  int caught = 0;
+  goro_test::RunBounded([&] {
+    std::ostringstream out;
+    goro::DumpGoroutines(out);
+    goro::Chan<std::exception_ptr> handoff(1);
+    goro::Go([handoff]() mutable {
+      try {
+        ThrowFromDepth(40);
+      } catch (...) {
+        handoff.Send(std::current_exception());
+      }
+    });
+    std::exception_ptr ep = handoff.Recv().value_or(nullptr);
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([&] {
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::runtime_error& e) {
+        caught += std::string(e.what()) == "from deep down";
+      }
+      wg.Done();
+    });
+    wg.Wait();
+  });
+  EXPECT_EQ(caught, 1);
+
+  static std::atomic<bool> destroyed{false};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(
+                &t, nullptr,
+                [](void*) -> void* {
+                  struct Guard {
+                    ~Guard() { destroyed.store(true); }
+                  } guard;
+                  pthread_exit(nullptr);
+                },
+                nullptr),
+            0);
+  pthread_join(t, nullptr);
+  EXPECT_TRUE(destroyed.load()) << "pthread_exit did not unwind the thread's frames";
 }
 
 TEST(DumpTest, ListsBlockedGoroutinesWithWhatTheyWaitFor) {
