@@ -1,12 +1,14 @@
 #include "core/fatal.h"
 
+#include <stdarg.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
-#include <string>
 
-#include "absl/strings/str_cat.h"
 #include "core/runtime.h"
 
 namespace goro::internal {
@@ -19,23 +21,52 @@ void WriteStderr(absl::string_view msg) {
   }
 }
 
-void Fatal(absl::string_view msg) {
-  WriteStderr(absl::StrCat("fatal error: ", msg, "\n"));
+namespace {
+
+// "fatal error: " + a + b + "\n" in one writev, so that the line is not
+// interleaved with other threads' output and nothing is allocated.
+[[noreturn]] void FatalLine(absl::string_view a, absl::string_view b) {
+  static const char kPrefix[] = "fatal error: ";
+  iovec iov[4] = {{const_cast<char*>(kPrefix), sizeof kPrefix - 1},
+                  {const_cast<char*>(a.data()), a.size()},
+                  {const_cast<char*>(b.data()), b.size()},
+                  {const_cast<char*>("\n"), 1}};
+  ssize_t want = static_cast<ssize_t>(iov[0].iov_len + a.size() + b.size() + 1);
+  if (::writev(STDERR_FILENO, iov, 4) != want) {  // short or failed: try piecewise
+    WriteStderr(absl::string_view(kPrefix, sizeof kPrefix - 1));
+    WriteStderr(a);
+    WriteStderr(b);
+    WriteStderr("\n");
+  }
   std::abort();
 }
+
+}  // namespace
+
+void Fatal(absl::string_view msg) { FatalLine(msg, ""); }
 
 void FatalG(absl::string_view msg) {
   G* g = CurrentGoroutine();
   M* m = CurrentM();
-  std::string who;
+  char who[64];
   if (g != nullptr) {
-    who = absl::StrCat("goroutine ", g->id);
+    snprintf(who, sizeof who, "goroutine %lld: ", static_cast<long long>(g->id));
   } else if (m != nullptr) {
-    who = absl::StrCat("runtime thread M", m->id);
+    snprintf(who, sizeof who, "runtime thread M%lld: ", static_cast<long long>(m->id));
   } else {
-    who = absl::StrCat("thread ", static_cast<long>(::syscall(SYS_gettid)), " (not a goroutine)");
+    snprintf(who, sizeof who, "thread %ld (not a goroutine): ", static_cast<long>(::syscall(SYS_gettid)));
   }
-  Fatal(absl::StrCat(who, ": ", msg));
+  FatalLine(who, msg);
+}
+
+void FatalF(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  FatalLine(absl::string_view(buf, std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1)), "");
 }
 
 }  // namespace goro::internal

@@ -489,7 +489,7 @@ void DumpGoroutinesToFd(int fd);
 void InstallQuitHandler();
 
 // Stacks (core/stack.cc).
-Stack StackAlloc(P* p);
+Stack StackAlloc(P* p, int64_t goid);  // goid: named if no stack can be had
 void StackFree(P* p, Stack s);
 // Gives back the pages of stacks that sat unused since the last call, above a
 // high-water mark, and unmaps a surplus (sysmon calls it every 100 ms). With

@@ -15,16 +15,17 @@
 // it, and above a larger mark it unmaps the stack altogether.
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
@@ -82,16 +83,28 @@ bool MapStackImpliesNoHugePage() {
 // guards, and returns them through out[].
 constexpr int kMapBatch = 16;
 
-void StackMapBatch(Stack* out) {
+// Names what failed, the sizes and any address-space limit, without
+// allocating (the failure may be the process running out of memory).
+[[noreturn]] void FatalStackMap(int64_t goid, int err, size_t total) {
+  char limit[96] = "";
+  rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    snprintf(limit, sizeof limit, "; the address-space limit (RLIMIT_AS, ulimit -v) is %llu bytes",
+             static_cast<unsigned long long>(rl.rlim_cur));
+  }
+  FatalF("goroutine %lld: cannot allocate a goroutine stack: mmap: %s (errno %d; reserving %d stacks of "
+         "%zu bytes plus a %zu-byte guard page each, %zu bytes in all%s)",
+         static_cast<long long>(goid), strerror(err), err, kMapBatch, stack_size, page_size, total, limit);
+}
+
+// Fills out[] with kMapBatch new stacks; `goid` is the goroutine that needs
+// one, named if the system refuses.
+void StackMapBatch(Stack* out, int64_t goid) {
   size_t each = stack_size + page_size;
   size_t total = each * kMapBatch;
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    FatalG(absl::StrCat("cannot allocate goroutine stacks (", kMapBatch, " x ", stack_size,
-                        " bytes): mmap failed with errno ", err, " (", strerror(err), ")"));
-  }
+  if (base == MAP_FAILED) FatalStackMap(goid, errno, total);
   // Huge pages would turn a one-page stack into two megabytes.
   if (!MapStackImpliesNoHugePage()) madvise(base, total, MADV_NOHUGEPAGE);
   for (int i = 0; i < kMapBatch; ++i) {
@@ -105,8 +118,9 @@ void StackMapBatch(Stack* out) {
     }
     if (!guarded && mprotect(b, page_size, PROT_NONE) != 0) {
       int err = errno;
-      FatalG(absl::StrCat("cannot install a stack guard page: mprotect failed with errno ", err,
-                          " (", strerror(err), ")"));
+      FatalF("goroutine %lld: cannot install a goroutine stack's %zu-byte guard page: mprotect: %s (errno %d%s)",
+             static_cast<long long>(goid), page_size, strerror(err), err,
+             err == ENOMEM ? "; each guarded stack is two mappings: see vm.max_map_count" : "");
     }
     uintptr_t lo = reinterpret_cast<uintptr_t>(b) + page_size;
     out[i] = Stack{lo, lo + stack_size};
@@ -136,7 +150,7 @@ void StackInitGlobal(size_t size) {
   stack_size = (size + page_size - 1) & ~(page_size - 1);
 }
 
-Stack StackAlloc(P* p) {
+Stack StackAlloc(P* p, int64_t goid) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   {
     absl::MutexLock lock(&pool.mu);
@@ -158,7 +172,7 @@ Stack StackAlloc(P* p) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   // Nothing to reuse: map a batch; keep all but one in the (empty) cache.
   Stack batch[kMapBatch];
-  StackMapBatch(batch);
+  StackMapBatch(batch, goid);
   for (int i = 1; i < kMapBatch; ++i) p->stack_cache[p->stack_cache_n++] = batch[i];
   return batch[0];
 }
