@@ -641,6 +641,9 @@ G* GfreeGet(P* p) {
   return g;
 }
 
+std::atomic<int64_t> gs_allocated{0};  // by NewProc; never freed
+
+
 void GfreePut(P* p, G* g) {
   g->sched_link = p->gfree;
   p->gfree = g;
@@ -1217,6 +1220,7 @@ void NewProc(const ClosureOps* ops, void* f) {
       snprintf(msg, sizeof msg, "cannot allocate a goroutine: out of memory (struct G, %zu bytes)", sizeof(G));
       FatalG(msg);
     }
+    gs_allocated.fetch_add(1, std::memory_order_relaxed);
     G* head = sched.allgs.load(std::memory_order_relaxed);
     do {
       g->alllink = head;
@@ -1247,6 +1251,15 @@ void NewProc(const ClosureOps* ops, void* f) {
 }
 
 }  // namespace
+
+int64_t GoroutineRecordsInUse() {
+  int64_t free = 0;
+  for (P* p : sched.allp) free += __atomic_load_n(&p->gfree_n, __ATOMIC_RELAXED);  // racy
+  sched.gfree_lock.Lock();
+  free += sched.gfree_n;
+  sched.gfree_lock.Unlock();
+  return gs_allocated.load(std::memory_order_relaxed) - free;
+}
 
 void EnsureStarted(const Options& opts) {
   if (sched.started.load(std::memory_order_acquire)) return;

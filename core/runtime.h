@@ -496,6 +496,14 @@ void StackFree(P* p, Stack s);
 // `all`, every idle stack above the mark (sysmon, before it sleeps because
 // every P is idle). Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
+// Stacks reserved and neither cached nor pooled: those of goroutines that
+// have run and not exited, or leaked. For leak tests; exact only while the
+// runtime is quiet (and sysmon is not between the two halves of a
+// StackScavenge, when up to one batch counts as in use).
+int64_t StacksInUse();
+// G records allocated and not on a free list: live goroutines', or leaked.
+// For leak tests; exact only while the runtime is quiet.
+int64_t GoroutineRecordsInUse();
 void StackInitGlobal(size_t stack_size);
 
 // Signals (signals/signals.cc).

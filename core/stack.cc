@@ -63,6 +63,7 @@ StackPool& pool = *new StackPool();  // never destroyed, like sched
 size_t stack_size = 0;  // usable bytes, a multiple of the page size
 size_t page_size = 4096;
 std::atomic<bool> guard_by_madvise{true};
+std::atomic<int64_t> stacks_mapped{0};  // reserved stacks: in use, cached or pooled
 
 size_t KeepMapped() { return guard_by_madvise.load(std::memory_order_relaxed) ? 65536 : 8192; }
 
@@ -105,6 +106,7 @@ void StackMapBatch(Stack* out, int64_t goid) {
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (base == MAP_FAILED) FatalStackMap(goid, errno, total);
+  stacks_mapped.fetch_add(kMapBatch, std::memory_order_relaxed);
   // Huge pages would turn a one-page stack into two megabytes.
   if (!MapStackImpliesNoHugePage()) madvise(base, total, MADV_NOHUGEPAGE);
   for (int i = 0; i < kMapBatch; ++i) {
@@ -192,6 +194,17 @@ void StackFree(P* p, Stack s) {
   p->stack_cache_n = keep;
 }
 
+int64_t StacksInUse() {
+  int64_t idle = 0;
+  // The P caches belong to their Ps: racy reads, exact when all are idle.
+  for (P* p : sched.allp) idle += __atomic_load_n(&p->stack_cache_n, __ATOMIC_RELAXED);
+  {
+    absl::MutexLock lock(&pool.mu);
+    idle += static_cast<int64_t>(pool.dirty.size() + pool.clean.size());
+  }
+  return stacks_mapped.load(std::memory_order_relaxed) - idle;
+}
+
 bool StackScavenge(bool all) {
   std::vector<Stack> release, unmap;
   bool more;
@@ -221,6 +234,7 @@ bool StackScavenge(bool all) {
   // shoot-down on every CPU the process runs on.
   ForEachRun(release, [](uintptr_t b, size_t len) { madvise(reinterpret_cast<void*>(b), len, MADV_DONTNEED); });
   ForEachRun(unmap, [](uintptr_t b, size_t len) { munmap(reinterpret_cast<void*>(b), len); });
+  stacks_mapped.fetch_sub(static_cast<int64_t>(unmap.size()), std::memory_order_relaxed);
   if (!release.empty()) {
     absl::MutexLock lock(&pool.mu);
     for (Stack x : release) pool.clean.push_back(x);
