@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -759,6 +760,164 @@ void OnAlrmLong(int) {
 
 TEST(RobustTest, NoPreemptionInsideASignalHandler) {
   EXPECT_EXIT(LongHandlerChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------------------
+// fork()+exec, posix_spawn, popen and system() while goroutines run.
+//
+// On 2 Ps, with a spinner that only async preemption interrupts and a
+// ping-pong pair, a goroutine forks 200 times and execs /bin/true or
+// /bin/false in the child (only async-signal-safe calls in between), then
+// starts /bin/echo with posix_spawn (output read through goro::io), popen
+// and system(). Fails if a child's exit status or output is wrong, if a child
+// does not end within 10 s (it is killed), if the ping-pong stalls while
+// the forks go on, or if the spinner was never preempted or computed a wrong
+// value. (That the child starts with default signal dispositions and an
+// empty mask is PreemptSafetyTest.ForkExecChildStartsWithDefaultSignalState.)
+
+// Waits for pid without blocking the thread; -1 if it did not end in time
+// (then it is killed and reaped).
+int WaitChild(pid_t pid, absl::Duration limit) {
+  auto start = Now();
+  int status = 0;
+  absl::Duration nap = absl::Microseconds(100);
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return -1;
+    if (Since(start) > limit) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return -1;
+    }
+    goro::SleepFor(nap);
+    nap = std::min(nap * 2, absl::Milliseconds(5));
+  }
+}
+
+std::string StatusText(int status) {
+  if (status == -1) return "did not end within the limit";
+  if (WIFEXITED(status)) return absl::StrCat("exited with ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("status ", status);
+}
+
+TEST(RobustTest, ForkAndExecWhileGoroutinesRun) {
+  constexpr int kForks = 200, kSpawns = 20;
+  constexpr uint64_t kSteps = 400'000'000;
+  const uint64_t expected = Lcg(3, kSteps);
+  std::vector<std::string> failures;
+  uint64_t spin_result = 0, spin_preemptions = 0;
+  int64_t rounds_during_forks = 0, rounds_total = 0;
+  bool pong_ok = true;
+  goro_test::RunBounded([&] {
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> rounds{0};
+    goro::WaitGroup bg;
+    bg.Add(2);
+    goro::Go([&] {  // the spinner
+      spin_result = Lcg(3, kSteps);
+      spin_preemptions = goro::CurrentGoroutinePreemptions();
+      bg.Done();
+    });
+    goro::Go([&] {  // ping-pong until told to stop
+      goro::Chan<int64_t> ping, pong;
+      goro::Go([&] {
+        while (std::optional<int64_t> v = ping.Recv()) pong.Send(*v + 1);
+      });
+      for (int64_t i = 0; !stop.load(); ++i) {
+        ping.Send(i);
+        if (*pong.Recv() != i + 1) pong_ok = false;
+        rounds.fetch_add(1);
+      }
+      ping.Close();
+      bg.Done();
+    });
+    int64_t rounds_before = rounds.load();
+    for (int i = 0; i < kForks; ++i) {
+      const char* prog = i % 2 == 0 ? "/bin/true" : "/bin/false";
+      pid_t pid = fork();
+      if (pid == 0) {
+        execl(prog, prog, static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      if (pid < 0) {
+        failures.push_back(absl::StrCat("fork ", i, ": ", strerror(errno)));
+        break;
+      }
+      int status = WaitChild(pid, absl::Seconds(10));
+      if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != (i % 2)) {
+        failures.push_back(absl::StrCat("fork+exec ", prog, " #", i, ": ", StatusText(status)));
+      }
+    }
+    rounds_during_forks = rounds.load() - rounds_before;
+    for (int i = 0; i < kSpawns; ++i) {
+      int fds[2];
+      ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+      std::string word = absl::StrCat("spawned-", i);
+      char arg0[] = "echo";
+      char* argv[] = {arg0, word.data(), nullptr};
+      pid_t pid = -1;
+      int err = posix_spawn(&pid, "/bin/echo", &fa, nullptr, argv, environ);
+      posix_spawn_file_actions_destroy(&fa);
+      close(fds[1]);
+      if (err != 0) {
+        failures.push_back(absl::StrCat("posix_spawn: ", strerror(err)));
+        close(fds[0]);
+        continue;
+      }
+      std::string out;
+      char buf[256];
+      for (;;) {
+        absl::StatusOr<size_t> r = goro::io::Read(fds[0], buf, sizeof buf, absl::Now() + absl::Seconds(10));
+        if (!r.ok()) {
+          failures.push_back(absl::StrCat("reading echo's output: ", r.status().ToString()));
+          break;
+        }
+        if (*r == 0) break;
+        out.append(buf, *r);
+      }
+      goro::io::Close(fds[0]).IgnoreError();
+      int status = WaitChild(pid, absl::Seconds(10));
+      if (out != word + "\n" || status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failures.push_back(absl::StrCat("posix_spawn echo: output \"", out, "\", ", StatusText(status)));
+      }
+    }
+    for (int i = 0; i < kSpawns; ++i) {
+      std::string out;
+      int status = goro::Syscall([&] {
+        FILE* f = popen("echo popen-ok", "r");
+        if (f == nullptr) return -2;
+        char line[64];
+        while (fgets(line, sizeof line, f) != nullptr) out += line;
+        return pclose(f);
+      });
+      if (out != "popen-ok\n" || status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failures.push_back(absl::StrCat("popen: output \"", out, "\", ", StatusText(status)));
+      }
+      status = goro::Syscall([&] { return system("exit 3"); });
+      if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 3) {
+        failures.push_back(absl::StrCat("system(\"exit 3\"): ", StatusText(status)));
+      }
+    }
+    stop = true;
+    bg.Wait();
+    rounds_total = rounds.load();
+  });
+  fprintf(stderr,
+          "%d fork+exec, %d posix_spawn, %d popen, %d system; ping-pong rounds %lld during the forks, %lld in "
+          "all; spinner preempted %llu times\n",
+          kForks, kSpawns, kSpawns, kSpawns, static_cast<long long>(rounds_during_forks),
+          static_cast<long long>(rounds_total), goro_test::U(spin_preemptions));
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_TRUE(pong_ok) << "a ping-pong reply was wrong";
+  EXPECT_GT(rounds_during_forks, 0) << "the ping-pong goroutines did not run while the forks went on";
+  EXPECT_EQ(spin_result, expected);
+  EXPECT_GT(spin_preemptions, 0u) << "the spinner was never preempted";
 }
 
 }  // namespace
