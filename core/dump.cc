@@ -120,7 +120,17 @@ void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, O
                                        static_cast<unsigned long>(off)));
       free(dem);
     } else {
-      n = static_cast<size_t>(snprintf(line, sizeof line, "\t?\n"));
+      // No symbol (libunwind could not read the object, as when memory ran
+      // out): the object and offset, which addr2line turns into a line.
+      unw_word_t ip = 0;
+      u.get_reg(cur, UNW_REG_IP, &ip);
+      Dl_info info;
+      if (dladdr(reinterpret_cast<void*>(ip), &info) != 0 && info.dli_fname != nullptr) {
+        n = static_cast<size_t>(snprintf(line, sizeof line, "\t?? (%.300s+0x%lx)\n", info.dli_fname,
+                                         static_cast<unsigned long>(ip - reinterpret_cast<uintptr_t>(info.dli_fbase))));
+      } else {
+        n = static_cast<size_t>(snprintf(line, sizeof line, "\t?? (pc 0x%lx)\n", static_cast<unsigned long>(ip)));
+      }
     }
     out(line, std::min(n, sizeof line - 1));
     if (u.step(cur) <= 0) break;

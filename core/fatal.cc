@@ -1,17 +1,17 @@
 #include "core/fatal.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
+#include <cstdio>
 #include <cstdlib>
-#include <string>
 
-#include "absl/strings/str_cat.h"
 #include "core/runtime.h"
 
 namespace goro::internal {
@@ -33,16 +33,22 @@ std::atomic<pid_t> fatal_tid{0};
 
 enum class Trace { kCaller, kSignal, kAll };
 
-[[noreturn]] void Die(absl::string_view msg, Trace trace, void* uctx) {
-  // One write, so that the line stays whole beside other threads' output; no
-  // allocation, because the failure may be that memory ran out.
-  char line[1024];
-  constexpr absl::string_view kPrefix = "fatal error: ";
-  size_t n = std::min(msg.size(), sizeof line - kPrefix.size() - 1);
-  memcpy(line, kPrefix.data(), kPrefix.size());
-  memcpy(line + kPrefix.size(), msg.data(), n);
-  line[kPrefix.size() + n] = '\n';
-  WriteStderr(absl::string_view(line, kPrefix.size() + n + 1));
+// "fatal error: " + a + b + "\n" in one writev, so that the line is not
+// interleaved with other threads' output and nothing is allocated; then the
+// backtrace `trace` asks for; then abort.
+[[noreturn]] void Die(absl::string_view a, absl::string_view b, Trace trace, void* uctx) {
+  static const char kPrefix[] = "fatal error: ";
+  iovec iov[4] = {{const_cast<char*>(kPrefix), sizeof kPrefix - 1},
+                  {const_cast<char*>(a.data()), a.size()},
+                  {const_cast<char*>(b.data()), b.size()},
+                  {const_cast<char*>("\n"), 1}};
+  ssize_t want = static_cast<ssize_t>(iov[0].iov_len + a.size() + b.size() + 1);
+  if (::writev(STDERR_FILENO, iov, 4) != want) {  // short or failed: try piecewise
+    WriteStderr(absl::string_view(kPrefix, sizeof kPrefix - 1));
+    WriteStderr(a);
+    WriteStderr(b);
+    WriteStderr("\n");
+  }
   pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
   pid_t first = 0;
   if (fatal_tid.compare_exchange_strong(first, self)) {
@@ -62,22 +68,33 @@ enum class Trace { kCaller, kSignal, kAll };
 
 }  // namespace
 
-void Fatal(absl::string_view msg) { Die(msg, Trace::kCaller, nullptr); }
-void FatalDumpAll(absl::string_view msg) { Die(msg, Trace::kAll, nullptr); }
-void FatalSignal(absl::string_view msg, void* uctx) { Die(msg, Trace::kSignal, uctx); }
+void Fatal(absl::string_view msg) { Die(msg, "", Trace::kCaller, nullptr); }
+void FatalDumpAll(absl::string_view msg) { Die(msg, "", Trace::kAll, nullptr); }
+void FatalSignal(absl::string_view msg, void* uctx) { Die(msg, "", Trace::kSignal, uctx); }
 
 void FatalG(absl::string_view msg) {
   G* g = CurrentGoroutine();
   M* m = CurrentM();
-  std::string who;
+  char who[64];
   if (g != nullptr) {
-    who = absl::StrCat("goroutine ", g->id);
+    snprintf(who, sizeof who, "goroutine %lld: ", static_cast<long long>(g->id));
   } else if (m != nullptr) {
-    who = absl::StrCat("runtime thread M", m->id);
+    snprintf(who, sizeof who, "runtime thread M%lld: ", static_cast<long long>(m->id));
   } else {
-    who = absl::StrCat("thread ", static_cast<long>(::syscall(SYS_gettid)), " (not a goroutine)");
+    snprintf(who, sizeof who, "thread %ld (not a goroutine): ", static_cast<long>(::syscall(SYS_gettid)));
   }
-  Fatal(absl::StrCat(who, ": ", msg));
+  Die(who, msg, Trace::kCaller, nullptr);
+}
+
+void FatalF(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  Die(absl::string_view(buf, std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1)), "", Trace::kCaller,
+      nullptr);
 }
 
 }  // namespace goro::internal

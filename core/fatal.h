@@ -1,6 +1,8 @@
 // Fatal errors: one clear line on stderr, then the backtrace of the goroutine
 // (or thread) that failed, then abort() so that a debugger or a core dump
 // catches the process where it broke.
+//
+// None of these allocate: they also report running out of memory.
 #ifndef GORO_CORE_FATAL_H_
 #define GORO_CORE_FATAL_H_
 
@@ -17,8 +19,12 @@ namespace goro::internal {
 // interrupted, from its context.
 [[noreturn]] void FatalSignal(absl::string_view msg, void* uctx);
 // Prints "fatal error: goroutine N: <msg>" naming the calling goroutine (or
-// "thread T (not a goroutine)" off one) and aborts.
+// "runtime thread MN" on a scheduler stack, "thread T (not a goroutine)" off
+// the runtime) and aborts.
 [[noreturn]] void FatalG(absl::string_view msg);
+// Like Fatal, with the message formatted by snprintf into a fixed buffer (so
+// that it can report an allocation that failed); longer messages are cut.
+[[noreturn]] void FatalF(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Writes `msg` to stderr with one write(2); async-signal-safe.
 void WriteStderr(absl::string_view msg);
 

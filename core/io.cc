@@ -148,7 +148,10 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
   if (!pollable) {
-    ssize_t r = Syscall([&] { return ::read(fd, buf, n); });
+    ssize_t r;
+    do {
+      r = Syscall([&] { return ::read(fd, buf, n); });
+    } while (r < 0 && errno == EINTR);  // a signal of the program's, without SA_RESTART
     if (r < 0) return internal::ErrnoStatus(errno, "read", fd);
     return static_cast<size_t>(r);
   }
@@ -219,11 +222,15 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
   int r;
-  do {
-    r = ::connect(fd, addr, len);
-  } while (r < 0 && errno == EINTR);
+  bool retried = false;
+  while ((r = ::connect(fd, addr, len)) < 0 && errno == EINTR) retried = true;
   if (r == 0) return absl::OkStatus();
-  if (errno != EINPROGRESS && errno != EAGAIN) return internal::ErrnoStatus(errno, "connect", fd);
+  // A connect interrupted by a signal goes on in the background: asked
+  // again, the kernel says it is under way (EALREADY) or done (EISCONN).
+  if (retried && errno == EISCONN) return absl::OkStatus();
+  if (errno != EINPROGRESS && errno != EAGAIN && errno != EALREADY) {
+    return internal::ErrnoStatus(errno, "connect", fd);
+  }
   if (absl::Status s = internal::WaitIO(pd, fd, Mode::kWrite, internal::DeadlineNanos(deadline)); !s.ok()) {
     return s;
   }

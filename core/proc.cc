@@ -98,8 +98,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <thread>
 
 #include <cxxabi.h>
@@ -238,7 +240,14 @@ void GlobrunqPutLocked(G* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   size_t size = static_cast<size_t>(sched.runq_size.load(std::memory_order_relaxed));
   std::vector<G*>& q = sched.runq;
   if (size == q.size()) {  // full: unroll into a ring twice the size
-    std::vector<G*> bigger(q.size() * 2);
+    // Out of memory here would lose the goroutines a caller is moving (a
+    // batch from a full local queue): fatal, not an exception.
+    std::vector<G*> bigger;
+    try {
+      bigger.resize(q.size() * 2);
+    } catch (const std::bad_alloc&) {
+      FatalF("cannot grow the global run queue to %zu goroutines: out of memory", q.size() * 2);
+    }
     for (size_t i = 0; i < size; ++i) bigger[i] = q[(sched.runq_head + i) % q.size()];
     q.swap(bigger);
     sched.runq_head = 0;
@@ -333,13 +342,16 @@ void* MStart(void* arg);
 void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
 
 void NewM(P* p, bool spinning) {
-  auto* m = new M();
+  auto* m = new (std::nothrow) M();
+  if (m == nullptr) FatalF("cannot start a runtime thread: out of memory (struct M, %zu bytes)", sizeof(M));
   m->id = sched.next_mid.fetch_add(1, std::memory_order_relaxed);
   m->spinning = spinning;
   m->next_p = p;
+  int nthreads;
   {
     absl::MutexLock lock(&sched.mu);
     if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
+    nthreads = sched.mcount;
     m->alllink = sched.allm.load(std::memory_order_relaxed);
     sched.allm.store(m, std::memory_order_release);  // read without the lock
   }
@@ -353,7 +365,10 @@ void NewM(P* p, bool spinning) {
   int err = pthread_create(&m->thread, &attr, MStart, m);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (err != 0) Fatal(absl::StrCat("pthread_create failed: error ", err));
+  if (err != 0) {
+    FatalF("cannot start runtime thread M%lld: pthread_create: %s (errno %d; it would be thread %d of the runtime)",
+           static_cast<long long>(m->id), strerror(err), err, nthreads);
+  }
 }
 
 // Starts an M to run p (an idle P if p is null). `spinning` means the caller
@@ -628,6 +643,9 @@ G* GfreeGet(P* p) {
   return g;
 }
 
+std::atomic<int64_t> gs_allocated{0};  // by NewProc; never freed
+
+
 void GfreePut(P* p, G* g) {
   g->sched_link = p->gfree;
   p->gfree = g;
@@ -658,7 +676,7 @@ void PrepareToRun(M* m, G* g, bool inherit) {
     p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
   if (g->stack.hi == 0) {
-    g->stack = StackAlloc(p);
+    g->stack = StackAlloc(p, g->id);
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
   }
   // Any preemption request was for an earlier slice.
@@ -841,8 +859,17 @@ void* MStart(void* arg) {
   pthread_sigmask(SIG_SETMASK, &none, nullptr);
   P* p = m->next_p;
   m->next_p = nullptr;
-  AcquireP(m, p);
-  ScheduleOnG0(m);
+  // Runtime code on g0 that runs out of memory (a run queue or the stack
+  // pool that cannot grow) ends up here: say so in one line rather than
+  // with std::terminate's.
+  try {
+    AcquireP(m, p);
+    ScheduleOnG0(m);
+  } catch (const std::bad_alloc&) {
+    FatalG("out of memory in the scheduler (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    FatalG(absl::StrCat("exception in the scheduler: ", e.what()));
+  }
 }
 
 // The first thing a goroutine does whenever it resumes, on whatever M: finish
@@ -1207,7 +1234,13 @@ void NewProc(const ClosureOps* ops, void* f) {
   P* p = m != nullptr ? m->p : nullptr;
   G* g = p != nullptr ? GfreeGet(p) : nullptr;
   if (g == nullptr) {
-    g = new G();
+    g = new (std::nothrow) G();
+    if (g == nullptr) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "cannot allocate a goroutine: out of memory (struct G, %zu bytes)", sizeof(G));
+      FatalG(msg);
+    }
+    gs_allocated.fetch_add(1, std::memory_order_relaxed);
     G* head = sched.allgs.load(std::memory_order_relaxed);
     do {
       g->alllink = head;
@@ -1238,6 +1271,15 @@ void NewProc(const ClosureOps* ops, void* f) {
 }
 
 }  // namespace
+
+int64_t GoroutineRecordsInUse() {
+  int64_t free = 0;
+  for (P* p : sched.allp) free += __atomic_load_n(&p->gfree_n, __ATOMIC_RELAXED);  // racy
+  sched.gfree_lock.Lock();
+  free += sched.gfree_n;
+  sched.gfree_lock.Unlock();
+  return gs_allocated.load(std::memory_order_relaxed) - free;
+}
 
 void EnsureStarted(const Options& opts) {
   if (sched.started.load(std::memory_order_acquire)) return;

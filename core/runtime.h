@@ -509,13 +509,21 @@ void PreloadUnwinder();
 void PrintSchedTrace(int64_t now, bool detail);
 
 // Stacks (core/stack.cc).
-Stack StackAlloc(P* p);
+Stack StackAlloc(P* p, int64_t goid);  // goid: named if no stack can be had
 void StackFree(P* p, Stack s);
 // Gives back the pages of stacks that sat unused since the last call, above a
 // high-water mark, and unmaps a surplus (sysmon calls it every 100 ms). With
 // `all`, every idle stack above the mark (sysmon, before it sleeps because
 // every P is idle). Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
+// Stacks reserved and neither cached nor pooled: those of goroutines that
+// have run and not exited, or leaked. For leak tests; exact only while the
+// runtime is quiet (and sysmon is not between the two halves of a
+// StackScavenge, when up to one batch counts as in use).
+int64_t StacksInUse();
+// G records allocated and not on a free list: live goroutines', or leaked.
+// For leak tests; exact only while the runtime is quiet.
+int64_t GoroutineRecordsInUse();
 void StackInitGlobal(size_t stack_size);
 
 // Signals (signals/signals.cc).

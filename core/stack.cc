@@ -15,16 +15,17 @@
 // it, and above a larger mark it unmaps the stack altogether.
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
@@ -62,6 +63,7 @@ StackPool& pool = *new StackPool();  // never destroyed, like sched
 size_t stack_size = 0;  // usable bytes, a multiple of the page size
 size_t page_size = 4096;
 std::atomic<bool> guard_by_madvise{true};
+std::atomic<int64_t> stacks_mapped{0};  // reserved stacks: in use, cached or pooled
 
 size_t KeepMapped() { return guard_by_madvise.load(std::memory_order_relaxed) ? 65536 : 8192; }
 
@@ -82,16 +84,29 @@ bool MapStackImpliesNoHugePage() {
 // guards, and returns them through out[].
 constexpr int kMapBatch = 16;
 
-void StackMapBatch(Stack* out) {
+// Names what failed, the sizes and any address-space limit, without
+// allocating (the failure may be the process running out of memory).
+[[noreturn]] void FatalStackMap(int64_t goid, int err, size_t total) {
+  char limit[96] = "";
+  rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    snprintf(limit, sizeof limit, "; the address-space limit (RLIMIT_AS, ulimit -v) is %llu bytes",
+             static_cast<unsigned long long>(rl.rlim_cur));
+  }
+  FatalF("goroutine %lld: cannot allocate a goroutine stack: mmap: %s (errno %d; reserving %d stacks of "
+         "%zu bytes plus a %zu-byte guard page each, %zu bytes in all%s)",
+         static_cast<long long>(goid), strerror(err), err, kMapBatch, stack_size, page_size, total, limit);
+}
+
+// Fills out[] with kMapBatch new stacks; `goid` is the goroutine that needs
+// one, named if the system refuses.
+void StackMapBatch(Stack* out, int64_t goid) {
   size_t each = stack_size + page_size;
   size_t total = each * kMapBatch;
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    FatalG(absl::StrCat("cannot allocate goroutine stacks (", kMapBatch, " x ", stack_size,
-                        " bytes): mmap failed with errno ", err, " (", strerror(err), ")"));
-  }
+  if (base == MAP_FAILED) FatalStackMap(goid, errno, total);
+  stacks_mapped.fetch_add(kMapBatch, std::memory_order_relaxed);
   // Huge pages would turn a one-page stack into two megabytes.
   if (!MapStackImpliesNoHugePage()) madvise(base, total, MADV_NOHUGEPAGE);
   for (int i = 0; i < kMapBatch; ++i) {
@@ -105,8 +120,9 @@ void StackMapBatch(Stack* out) {
     }
     if (!guarded && mprotect(b, page_size, PROT_NONE) != 0) {
       int err = errno;
-      FatalG(absl::StrCat("cannot install a stack guard page: mprotect failed with errno ", err,
-                          " (", strerror(err), ")"));
+      FatalF("goroutine %lld: cannot install a goroutine stack's %zu-byte guard page: mprotect: %s (errno %d%s)",
+             static_cast<long long>(goid), page_size, strerror(err), err,
+             err == ENOMEM ? "; each guarded stack is two mappings: see vm.max_map_count" : "");
     }
     uintptr_t lo = reinterpret_cast<uintptr_t>(b) + page_size;
     out[i] = Stack{lo, lo + stack_size};
@@ -136,7 +152,7 @@ void StackInitGlobal(size_t size) {
   stack_size = (size + page_size - 1) & ~(page_size - 1);
 }
 
-Stack StackAlloc(P* p) {
+Stack StackAlloc(P* p, int64_t goid) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   {
     absl::MutexLock lock(&pool.mu);
@@ -158,7 +174,7 @@ Stack StackAlloc(P* p) {
   if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
   // Nothing to reuse: map a batch; keep all but one in the (empty) cache.
   Stack batch[kMapBatch];
-  StackMapBatch(batch);
+  StackMapBatch(batch, goid);
   for (int i = 1; i < kMapBatch; ++i) p->stack_cache[p->stack_cache_n++] = batch[i];
   return batch[0];
 }
@@ -176,6 +192,17 @@ void StackFree(P* p, Stack s) {
   for (int i = 0; i < kStackCacheSize - keep; ++i) pool.dirty.push_back(p->stack_cache[i]);
   for (int i = 0; i < keep; ++i) p->stack_cache[i] = p->stack_cache[kStackCacheSize - keep + i];
   p->stack_cache_n = keep;
+}
+
+int64_t StacksInUse() {
+  int64_t idle = 0;
+  // The P caches belong to their Ps: racy reads, exact when all are idle.
+  for (P* p : sched.allp) idle += __atomic_load_n(&p->stack_cache_n, __ATOMIC_RELAXED);
+  {
+    absl::MutexLock lock(&pool.mu);
+    idle += static_cast<int64_t>(pool.dirty.size() + pool.clean.size());
+  }
+  return stacks_mapped.load(std::memory_order_relaxed) - idle;
 }
 
 bool StackScavenge(bool all) {
@@ -207,6 +234,7 @@ bool StackScavenge(bool all) {
   // shoot-down on every CPU the process runs on.
   ForEachRun(release, [](uintptr_t b, size_t len) { madvise(reinterpret_cast<void*>(b), len, MADV_DONTNEED); });
   ForEachRun(unmap, [](uintptr_t b, size_t len) { munmap(reinterpret_cast<void*>(b), len); });
+  stacks_mapped.fetch_sub(static_cast<int64_t>(unmap.size()), std::memory_order_relaxed);
   if (!release.empty()) {
     absl::MutexLock lock(&pool.mu);
     for (Stack x : release) pool.clean.push_back(x);

@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <new>
 #include <vector>
 
 #include "arch/cpu.h"
@@ -161,7 +162,7 @@ constexpr int64_t kScavengeBacklogNs = 2 * 1000 * 1000;
 
 bool AllPsIdle() { return sched.npidle.load(std::memory_order_acquire) == sched.nprocs; }
 
-void* SysmonMain(void*) {
+void SysmonLoop() {
   prctl(PR_SET_NAME, "goro-sysmon");
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
@@ -342,6 +343,16 @@ void* SysmonMain(void*) {
       retry = kSysmonRecheckNs;
     }
   }
+}
+
+// Sysmon allocates only its small per-P tables and the stack pool's lists;
+// if even that fails, one line says so (not std::terminate's).
+void* SysmonMain(void*) {
+  try {
+    SysmonLoop();
+  } catch (const std::bad_alloc&) {
+    Fatal("sysmon: out of memory (std::bad_alloc)");
+  }
   return nullptr;
 }
 
@@ -386,7 +397,7 @@ void StartSysmon() {
   int err = pthread_create(&t, &attr, SysmonMain, nullptr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (err != 0) Fatal("cannot start sysmon");
+  if (err != 0) FatalF("cannot start the sysmon thread: pthread_create: %s (errno %d)", strerror(err), err);
 }
 
 }  // namespace goro::internal

@@ -11,6 +11,7 @@
 //                   or to the default action. The handler runs on the M's
 //                   alternate signal stack, because the goroutine's stack is
 //                   exactly what has run out.
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -117,7 +118,11 @@ void InstallSignalHandlers() {
 void MInitSignals(M* m) {
   size_t size = std::max<size_t>(64 * 1024, static_cast<size_t>(sysconf(_SC_SIGSTKSZ)));
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) Fatal("cannot allocate a signal stack for a new thread");
+  if (mem == MAP_FAILED) {
+    int err = errno;
+    FatalF("cannot allocate a signal stack for a new runtime thread: mmap of %zu bytes: %s (errno %d)", size,
+           strerror(err), err);
+  }
   // Pre-fault it: a handler must not take page faults on a nearly full system.
   memset(mem, 0, size);
   stack_t ss;

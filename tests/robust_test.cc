@@ -1,0 +1,925 @@
+// Robustness: what the runtime does when the system says no, when it runs for
+// a long time, when signals rain on it, and when the program forks.
+//
+//   - Running out of address space (RLIMIT_AS) while creating goroutines, or
+//     memory for a goroutine record, or a thread: one clear fatal line and
+//     abort(), never a crash elsewhere or a hang (death tests: the limit binds
+//     the whole process, so each runs in a child).
+//   - 100,000 goroutines created and destroyed in waves for a minute
+//     (GORO_ROBUST_SECONDS, GORO_ROBUST_WAVE) leave RSS and address space
+//     where they were after the first wave.
+//   - A storm of SIGURG (foreign), SIGCHLD and SIGALRM, from a thread and from
+//     another process, changes no result of a busy program and leaks no EINTR
+//     out of goro::io.
+//   - fork()+exec, posix_spawn, popen and system() from goroutines while
+//     others run and are preempted.
+// Each comment says what would make the test fail. See docs/robustness.md.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <malloc.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/runtime.h"  // StackScavenge: settle the stack pool before measuring
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace {
+
+using goro_test::Now;
+using goro_test::Since;
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+// A field of /proc/self/status in KiB ("VmRSS:", "VmSize:"), or -1.
+int64_t StatusKiB(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  size_t n = strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, n, key) == 0) return strtoll(line.c_str() + n, nullptr, 10);
+  }
+  return -1;
+}
+
+// Limits the address space to what is mapped now plus `margin` bytes.
+void LimitAddressSpace(size_t margin) {
+  int64_t vm_kib = StatusKiB("VmSize:");
+  if (vm_kib <= 0) {
+    fprintf(stderr, "cannot read VmSize\n");
+    _exit(4);
+  }
+  rlimit rl;
+  rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(vm_kib) * 1024 + margin;
+  if (setrlimit(RLIMIT_AS, &rl) != 0) {
+    perror("setrlimit(RLIMIT_AS)");
+    _exit(4);
+  }
+}
+
+// The whole of a death test's stderr must be this one line, followed by
+// nothing but the failing goroutine's backtrace.
+::testing::Matcher<const std::string&> OneFatalLine(const std::string& re) {
+  return ::testing::MatchesRegex("fatal error: " + re +
+                                 "\n\n(goroutine [0-9]+ \\[running\\]|runtime thread M[0-9]+|thread [0-9]+):\n(\t[^\n]*\n)*");
+}
+
+// ---------------------------------------------------------------------------
+// Out of address space while goroutines start.
+//
+// Goroutine stacks are reserved 16 at a time (16 x (1 MiB + a guard page));
+// with RLIMIT_AS a few MiB above what is mapped, the next reservation fails
+// once the P's cache of spare stacks is used up. Fails if the failure is not
+// reported as exactly one line naming the goroutine, mmap, the errno and the
+// sizes, followed by abort() (a SIGSEGV, a hang caught by the watchdog, an
+// exception's std::terminate message or any other output fail it).
+
+[[noreturn]] void StackReservationFailsChild() {
+  goro_test::Watchdog dog(absl::Seconds(60), "stack reservation under RLIMIT_AS");
+  goro::Options opts;
+  opts.max_procs = 1;  // one M: no thread is started after the limit is set
+  goro::Run(
+      [] {
+        goro::Chan<int> never;  // nobody sends: every goroutine parks on it
+        goro::WaitGroup warm;   // threads, malloc arenas, absl's per-thread data
+        warm.Add(100);
+        for (int i = 0; i < 100; ++i) goro::Go([&warm] { warm.Done(); });
+        warm.Wait();
+        LimitAddressSpace(size_t{4} << 20);
+        for (int i = 0; i < 100000; ++i) {
+          goro::Go([never]() mutable { never.Recv(); });
+          goro::Yield();  // the new goroutine runs now, so takes its stack now
+        }
+      },
+      opts);
+  fprintf(stderr, "100000 goroutines started under RLIMIT_AS\n");
+  _exit(3);
+}
+
+TEST(RobustTest, StackReservationFailureIsOneFatalLine) {
+  EXPECT_EXIT(StackReservationFailsChild(), ::testing::KilledBySignal(SIGABRT),
+              OneFatalLine("goroutine [0-9]+: cannot allocate a goroutine stack: mmap: Cannot allocate "
+                           "memory \\(errno 12; reserving 16 stacks of 1048576 bytes plus a 4096-byte "
+                           "guard page each, 16842752 bytes in all; the address-space limit "
+                           "\\(RLIMIT_AS, ulimit -v\\) is [0-9]+ bytes\\)"));
+}
+
+// Out of memory for a goroutine's record (struct G) in goro::Go.
+//
+// One malloc arena, no address space to spare, and the arena's free space
+// eaten; goroutines are then spawned (not run, so they take no stack) until
+// the free list of G records is used up. Fails if the failed allocation
+// escapes as std::bad_alloc (std::terminate's two lines, or an "uncaught
+// exception" line) or crashes, instead of one line naming the spawner.
+
+[[noreturn]] void GoroutineRecordAllocationFailsChild() {
+  goro_test::Watchdog dog(absl::Seconds(60), "G allocation under RLIMIT_AS");
+  mallopt(M_ARENA_MAX, 1);
+  goro::Options opts;
+  opts.max_procs = 1;
+  goro::Run(
+      [] {
+        constexpr int kWarm = 2000;
+        goro::WaitGroup warm;
+        warm.Add(kWarm);
+        for (int i = 0; i < kWarm; ++i) goro::Go([&warm] { warm.Done(); });  // queued, not run
+        warm.Wait();  // all ran and exited: kWarm G records are free for reuse
+        LimitAddressSpace(0);
+        size_t eaten = 0;
+        for (size_t size = 64 * 1024; size >= 16; size /= 2) {
+          while (eaten < (size_t{1} << 30) && malloc(size) != nullptr) eaten += size;
+        }
+        goro::Chan<int> never;
+        for (int i = 0; i < 100000; ++i) goro::Go([never]() mutable { never.Recv(); });
+      },
+      opts);
+  fprintf(stderr, "100000 goroutines spawned with no memory left\n");
+  _exit(3);
+}
+
+TEST(RobustTest, GoroutineRecordAllocationFailureIsOneFatalLine) {
+  EXPECT_EXIT(GoroutineRecordAllocationFailsChild(), ::testing::KilledBySignal(SIGABRT),
+              OneFatalLine("goroutine 1: cannot allocate a goroutine: out of memory \\(struct G, [0-9]+ bytes\\)"));
+}
+
+// Out of address space for a new runtime thread (an M).
+//
+// Two goroutines block in marked system calls on both Ps' threads while a
+// third waits to run: sysmon hands a P to a new thread, whose 8 MiB stack
+// does not fit under the limit (small goroutine stacks do: 16 x 68 KiB).
+// Fails unless one line names the thread and pthread_create's error.
+
+[[noreturn]] void ThreadCreationFailsChild() {
+  goro_test::Watchdog dog(absl::Seconds(60), "thread creation under RLIMIT_AS");
+  goro::Options opts;
+  opts.max_procs = 2;
+  opts.stack_size = 64 * 1024;
+  goro::Run(
+      [] {
+        goro::WaitGroup warm;
+        warm.Add(100);
+        for (int i = 0; i < 100; ++i) goro::Go([&warm] { warm.Done(); });
+        warm.Wait();
+        LimitAddressSpace(size_t{4} << 20);
+        for (int i = 0; i < 3; ++i) {
+          goro::Go([] { goro::Syscall([] { return usleep(20 * 1000 * 1000); }); });
+        }
+        goro::Syscall([] { return usleep(20 * 1000 * 1000); });
+      },
+      opts);
+  fprintf(stderr, "no thread was needed\n");
+  _exit(3);
+}
+
+TEST(RobustTest, ThreadCreationFailureIsOneFatalLine) {
+  EXPECT_EXIT(ThreadCreationFailsChild(), ::testing::KilledBySignal(SIGABRT),
+              OneFatalLine("cannot start runtime thread M[0-9]+: pthread_create: Resource temporarily "
+                           "unavailable \\(errno 11; it would be thread [0-9]+ of the runtime\\)"));
+}
+
+// ---------------------------------------------------------------------------
+// Waves of 100,000 goroutines for a minute leave memory where it was.
+//
+// Each wave starts GORO_ROBUST_WAVE goroutines (default 100,000) that all park
+// on one channel, then releases them and waits until every one has exited;
+// waves repeat for GORO_ROBUST_SECONDS (default 60). The first wave warms up
+// (G records, stack pool, run queue, malloc arenas). Before measuring, the
+// idle stacks' pages are given back with StackScavenge(all) - what sysmon
+// does every 100 ms in bounded batches, done here to completion so that the
+// figures do not depend on when sysmon last ran.
+//
+// Fails if the runtime's own counts of stacks and G records in use differ
+// after the last wave from after the warm-up (a single leaked stack or G
+// fails it), if RSS grew by more than 16 MiB (168 bytes per goroutine of one
+// wave, 3 bytes per goroutine over a minute's ~50 waves: any per-goroutine
+// leak of memory that is touched), or if the address space grew by more than
+// 2 GiB (the settled pool's size varies by up to one scavenge batch, 1024
+// stacks of 1 MiB, when sysmon scavenges at the same moment; a leaked
+// reservation per goroutine is 100 GiB a wave). Checked by hand: without
+// StackFree for one goroutine in 100,000 in FinishSwitchOnG0's kExit path,
+// or without GfreePut there, it fails after the first measured wave.
+
+int64_t EnvInt(const char* name, int64_t def) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return def;
+  char* end = nullptr;
+  long long x = strtoll(v, &end, 10);
+  if (*end != '\0' || x <= 0) {
+    ADD_FAILURE() << name << "=" << v << " is not a positive integer; using " << def;
+    return def;
+  }
+  return x;
+}
+
+struct Mem {
+  int64_t rss_kib = 0;
+  int64_t vm_kib = 0;
+  int64_t stacks_in_use = 0;  // the runtime's own count: exact
+  int64_t gs_in_use = 0;
+};
+
+// Starts n goroutines, waits until all are parked, releases them and waits
+// until all have exited (not merely signalled that they are about to).
+void Wave(int64_t n, int64_t live_before) {
+  goro::Chan<int> gate;
+  goro::WaitGroup parked, done;
+  parked.Add(n);
+  done.Add(n);
+  for (int64_t i = 0; i < n; ++i) {
+    goro::Go([&parked, &done, &gate] {
+      parked.Done();
+      gate.Recv();
+      done.Done();
+    });
+  }
+  parked.Wait();
+  gate.Close();
+  done.Wait();
+  bool exited = goro_test::Eventually([&] { return goro::GetStats().goroutines_live <= live_before; });
+  ASSERT_TRUE(exited) << goro::GetStats().goroutines_live << " goroutines live after the wave, "
+                      << live_before << " before";
+}
+
+// Gives back every idle stack's pages above the pool's high-water mark, then
+// reads RSS, the address space and the runtime's counts of stacks and G
+// records in use. Those should equal the number of live goroutines (all of
+// which have run); they are polled for a while, since sysmon may be halfway
+// through moving a batch of stacks (which then count as in use).
+Mem Settle() {
+  while (goro::internal::StackScavenge(/*all=*/true)) {
+  }
+  Mem m;
+  const int64_t live = goro::GetStats().goroutines_live;
+  goro_test::Eventually(
+      [&] {
+        m.stacks_in_use = goro::internal::StacksInUse();
+        m.gs_in_use = goro::internal::GoroutineRecordsInUse();
+        return m.stacks_in_use == live && m.gs_in_use == live;
+      },
+      absl::Seconds(5));
+  m.rss_kib = StatusKiB("VmRSS:");
+  m.vm_kib = StatusKiB("VmSize:");
+  return m;
+}
+
+TEST(RobustLongTest, GoroutineWavesKeepMemoryStable) {
+  const int64_t seconds = EnvInt("GORO_ROBUST_SECONDS", 60);
+  const int64_t wave = EnvInt("GORO_ROBUST_WAVE", 100000);
+  Mem before, after;
+  int64_t peak_rss_kib = 0;
+  int waves = 0;
+  double first_wave_s = 0;
+  goro_test::RunBounded(
+      [&] {
+        const int64_t live = goro::GetStats().goroutines_live;
+        auto t0 = Now();
+        Wave(wave, live);  // warm-up
+        first_wave_s = absl::ToDoubleSeconds(Since(t0));
+        before = Settle();
+        auto start = Now();
+        do {
+          Wave(wave, live);
+          if (::testing::Test::HasFatalFailure()) return;
+          ++waves;
+          peak_rss_kib = std::max(peak_rss_kib, StatusKiB("VmRSS:"));
+        } while (Since(start) < absl::Seconds(seconds));
+        after = Settle();
+      },
+      absl::Seconds(seconds + 150));
+  fprintf(stderr,
+          "%d waves of %lld goroutines after a warm-up wave of %.2f s: RSS %lld KiB -> %lld KiB "
+          "(%+lld KiB; %lld KiB at most before settling), address space %lld KiB -> %lld KiB (%+lld KiB)\n",
+          waves, static_cast<long long>(wave), first_wave_s, static_cast<long long>(before.rss_kib),
+          static_cast<long long>(after.rss_kib), static_cast<long long>(after.rss_kib - before.rss_kib),
+          static_cast<long long>(peak_rss_kib), static_cast<long long>(before.vm_kib),
+          static_cast<long long>(after.vm_kib), static_cast<long long>(after.vm_kib - before.vm_kib));
+  fprintf(stderr, "stacks in use %lld -> %lld, G records in use %lld -> %lld\n",
+          static_cast<long long>(before.stacks_in_use), static_cast<long long>(after.stacks_in_use),
+          static_cast<long long>(before.gs_in_use), static_cast<long long>(after.gs_in_use));
+  ASSERT_GE(waves, 1);
+  EXPECT_EQ(after.stacks_in_use, before.stacks_in_use) << "stacks leaked over " << waves << " waves";
+  EXPECT_EQ(after.gs_in_use, before.gs_in_use) << "G records leaked over " << waves << " waves";
+  EXPECT_LE(after.rss_kib - before.rss_kib, 16 * 1024) << "RSS grew over " << waves << " waves";
+  EXPECT_LE(after.vm_kib - before.vm_kib, 2 * 1024 * 1024) << "address space grew over " << waves << " waves";
+}
+
+// ---------------------------------------------------------------------------
+// A signal storm during heavy scheduling changes no result.
+//
+// While goroutines play channel ping-pong, count under a goro::Mutex, spawn
+// trees, spin in loops only async preemption can interrupt, stream data
+// through goro::io on a pipe and a socketpair and through goro::Syscall on a
+// blocking pipe, a thread and another process send SIGURG (foreign: goro
+// passes it on to the handler installed before it), SIGCHLD (handler with
+// SA_RESTART) and SIGALRM (handler without SA_RESTART, so blocking calls
+// return EINTR) as fast as they can. Fails if any result differs from its
+// exact expected value, if goro::io returns an error (EINTR must be retried
+// inside it), if a handler saw none of its signals (the storm missed, or
+// goro swallowed foreign SIGURGs), or on a crash or hang (watchdog). Runs in
+// a child: the handlers must be installed before the runtime starts.
+//
+// Checked by hand: without PreemptHandler's check of the interrupted signal
+// mask, about half the runs die (SIGSEGV, "StopM: woken without a P", "a
+// dead goroutine was resumed": a goroutine preempted inside a handler
+// returned from it on another thread); without the forwarding of foreign
+// SIGURG, the SIGURG check fails. goro::io's own calls are non-blocking, so
+// they rarely see EINTR at all; the check is that none escapes.
+
+std::atomic<uint64_t> urg_seen{0}, chld_seen{0}, alrm_seen{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// The handlers do a little work (a few microseconds), as real ones do, so
+// that preemption signals often arrive while one runs. A handler must end on
+// the thread it started on: a goroutine preempted inside one and resumed on
+// another thread would return from it there (see PreemptHandler).
+std::atomic<uint64_t> handler_migrations{0};
+void HandlerWork() {
+  long tid = syscall(SYS_gettid);
+  for (int i = 0; i < 5000; ++i) asm volatile("");
+  if (syscall(SYS_gettid) != tid) handler_migrations.fetch_add(1, std::memory_order_relaxed);
+}
+void OnUrg(int) {
+  urg_seen.fetch_add(1, std::memory_order_relaxed);
+  HandlerWork();
+}
+void OnChld(int) {
+  chld_seen.fetch_add(1, std::memory_order_relaxed);
+  HandlerWork();
+}
+void OnAlrm(int) {
+  alrm_seen.fetch_add(1, std::memory_order_relaxed);
+  HandlerWork();
+}
+
+void Handle(int sig, void (*fn)(int), bool restart) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fn;
+  sa.sa_flags = restart ? SA_RESTART : 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+}
+
+constexpr int kStormSignals[] = {SIGURG, SIGCHLD, SIGALRM};
+
+// Sends the storm's signals to `pid` until *stop (or, in a child process,
+// until its parent is gone). Only async-signal-safe calls: it also runs in a
+// forked child.
+uint64_t Storm(pid_t pid, const std::atomic<bool>* stop, pid_t parent) {
+  uint64_t sent = 0;
+  timespec pause{0, 20 * 1000};
+  while (stop == nullptr || !stop->load(std::memory_order_relaxed)) {
+    if (parent != 0 && getppid() != parent) break;
+    if (kill(pid, kStormSignals[sent % 3]) != 0) break;
+    ++sent;
+    if (sent % 4 == 0) nanosleep(&pause, nullptr);
+  }
+  return sent;
+}
+
+uint64_t Lcg(uint64_t x, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    asm volatile("" : "+r"(x));  // no call, no safe point: only a signal preempts this
+  }
+  return x;
+}
+
+uint8_t PatternByte(uint64_t offset) { return static_cast<uint8_t>((offset * 7 + offset / 251) & 0xff); }
+
+// Streams `total` bytes from wfd to rfd through goro::io; returns the number
+// of bytes that arrived intact, or -1 after reporting an error.
+int64_t IoStream(int wfd, int rfd, uint64_t total, const char* what) {
+  std::atomic<int64_t> write_errors{0};
+  goro::WaitGroup wg;
+  wg.Add(1);
+  goro::Go([&, wfd, total, what] {
+    std::vector<uint8_t> buf(16 * 1024 + 7);
+    uint64_t off = 0;
+    while (off < total) {
+      size_t n = std::min<uint64_t>(total - off, 1 + (off * 31) % buf.size());
+      for (size_t i = 0; i < n; ++i) buf[i] = PatternByte(off + i);
+      absl::StatusOr<size_t> w = goro::io::Write(wfd, buf.data(), n);
+      if (!w.ok() || *w != n) {
+        CHILD_CHECK(false, "%s: goro::io::Write: %s", what, w.ok() ? "short write" : w.status().ToString().c_str());
+        write_errors.fetch_add(1);
+        break;
+      }
+      off += n;
+    }
+    CHILD_CHECK(goro::io::Close(wfd).ok(), "%s: closing the writer", what);
+    wg.Done();
+  });
+  uint8_t buf[4096];
+  uint64_t got = 0;
+  int64_t result = 0;
+  for (;;) {
+    absl::StatusOr<size_t> r = goro::io::Read(rfd, buf, sizeof buf);
+    if (!r.ok()) {
+      CHILD_CHECK(false, "%s: goro::io::Read after %llu bytes: %s", what, goro_test::U(got),
+                  r.status().ToString().c_str());
+      result = -1;
+      break;
+    }
+    if (*r == 0) break;
+    for (size_t i = 0; i < *r; ++i) {
+      if (buf[i] != PatternByte(got + i)) {
+        CHILD_CHECK(false, "%s: byte %llu is %u, not %u", what, goro_test::U(got + i), buf[i], PatternByte(got + i));
+        result = -1;
+        break;
+      }
+    }
+    if (result < 0) break;
+    got += *r;
+  }
+  goro::io::Close(rfd).IgnoreError();
+  wg.Wait();
+  return result < 0 || write_errors.load() != 0 ? -1 : static_cast<int64_t>(got);
+}
+
+// The same through goro::Syscall on a blocking pipe: plain read(2) and
+// write(2), which the program itself retries on EINTR (goro::Syscall runs
+// the call as given). Returns the bytes that arrived intact; counts EINTRs.
+int64_t SyscallStream(uint64_t total, std::atomic<uint64_t>* eintr) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  goro::WaitGroup wg;
+  wg.Add(1);
+  goro::Go([&, total, eintr] {
+    std::vector<uint8_t> buf(8192);
+    uint64_t off = 0;
+    while (off < total) {
+      size_t n = std::min<uint64_t>(total - off, 1 + (off * 13) % buf.size());
+      for (size_t i = 0; i < n; ++i) buf[i] = PatternByte(off + i);
+      size_t done = 0;
+      while (done < n) {
+        ssize_t w = goro::Syscall([&] { return ::write(fds[1], buf.data() + done, n - done); });
+        if (w < 0 && errno == EINTR) {
+          eintr->fetch_add(1);
+          continue;
+        }
+        if (w <= 0) {
+          CHILD_CHECK(false, "Syscall write: %s", strerror(errno));
+          off = total;
+          break;
+        }
+        done += static_cast<size_t>(w);
+      }
+      off += n;
+    }
+    close(fds[1]);
+    wg.Done();
+  });
+  uint8_t buf[4096];
+  uint64_t got = 0;
+  bool bad = false;
+  for (;;) {
+    ssize_t r = goro::Syscall([&] { return ::read(fds[0], buf, sizeof buf); });
+    if (r < 0 && errno == EINTR) {
+      eintr->fetch_add(1);
+      continue;
+    }
+    if (r < 0) {
+      CHILD_CHECK(false, "Syscall read: %s", strerror(errno));
+      bad = true;
+      break;
+    }
+    if (r == 0) break;
+    for (ssize_t i = 0; i < r && !bad; ++i) {
+      if (buf[i] != PatternByte(got + i)) {
+        CHILD_CHECK(false, "Syscall stream: byte %llu differs", goro_test::U(got + i));
+        bad = true;
+      }
+    }
+    if (bad) break;
+    got += static_cast<uint64_t>(r);
+  }
+  close(fds[0]);
+  wg.Wait();
+  return bad ? -1 : static_cast<int64_t>(got);
+}
+
+// A binary tree of goroutines `depth` levels deep; counts its nodes.
+void Tree(int depth, goro::WaitGroup* wg, std::atomic<int64_t>* nodes) {
+  nodes->fetch_add(1, std::memory_order_relaxed);
+  if (depth > 0) {
+    wg->Add(2);
+    for (int i = 0; i < 2; ++i) goro::Go([depth, wg, nodes] { Tree(depth - 1, wg, nodes); });
+  }
+  wg->Done();
+}
+
+[[noreturn]] void SignalStormChild() {
+  goro_test::Watchdog dog(absl::Seconds(90), "signal storm");
+  // Before the runtime starts, so that goro's SIGURG handler finds ours.
+  Handle(SIGURG, OnUrg, true);
+  Handle(SIGCHLD, OnChld, true);
+  Handle(SIGALRM, OnAlrm, false);
+  constexpr uint64_t kLcgSteps = 300'000'000;
+  const uint64_t lcg_expected = Lcg(1, kLcgSteps);
+
+  goro::Options opts;
+  opts.max_procs = 2;
+  opts.time_slice = absl::Milliseconds(1);
+  goro::Run([] {}, opts);  // the runtime's handlers are in place before the storm
+  const pid_t self = getpid();
+  pid_t storm_proc = fork();
+  if (storm_proc == 0) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, nullptr);
+    Storm(self, nullptr, self);
+    _exit(0);
+  }
+  CHILD_CHECK(storm_proc > 0, "fork: %s", strerror(errno));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> thread_sent{0};
+  std::thread storm_thread([&] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);  // the storm lands on the runtime's threads
+    thread_sent = Storm(self, &stop, 0);
+  });
+
+  constexpr int kPingPong = 50000;
+  constexpr int kCounters = 4, kIncrements = 25000;
+  constexpr int kTrees = 6, kDepth = 11;
+  constexpr uint64_t kIoBytes = 4 << 20, kSyscallBytes = 2 << 20;
+  int64_t pong_sum = 0, counted = 0;
+  std::atomic<int64_t> nodes{0};
+  uint64_t lcg[2] = {0, 0};
+  int64_t pipe_bytes = 0, socket_bytes = 0, syscall_bytes = 0;
+  std::atomic<uint64_t> eintr{0};
+  auto start = Now();
+  goro::Run(
+      [&] {
+        goro::WaitGroup all;
+        all.Add(6);
+        goro::Go([&] {  // ping-pong
+          goro::Chan<int> ping, pong;
+          goro::Go([&] {
+            for (int i = 0; i < kPingPong; ++i) pong.Send(*ping.Recv() + 1);
+          });
+          for (int i = 0; i < kPingPong; ++i) {
+            ping.Send(i);
+            pong_sum += *pong.Recv();
+          }
+          all.Done();
+        });
+        goro::Go([&] {  // mutex-guarded counting
+          goro::Mutex mu;
+          goro::WaitGroup wg;
+          wg.Add(kCounters);
+          for (int c = 0; c < kCounters; ++c) {
+            goro::Go([&] {
+              for (int i = 0; i < kIncrements; ++i) {
+                std::lock_guard<goro::Mutex> lock(mu);
+                ++counted;
+                if (i % 64 == 0) goro::Yield();  // contention: hand the lock over
+              }
+              wg.Done();
+            });
+          }
+          wg.Wait();
+          all.Done();
+        });
+        goro::Go([&] {  // spawn trees
+          for (int t = 0; t < kTrees; ++t) {
+            goro::WaitGroup wg;
+            wg.Add(1);
+            Tree(kDepth, &wg, &nodes);
+            wg.Wait();
+          }
+          all.Done();
+        });
+        goro::Go([&] {  // spinning, preempted only by signals
+          goro::WaitGroup wg;
+          wg.Add(2);
+          for (int i = 0; i < 2; ++i) {
+            goro::Go([&, i] {
+              lcg[i] = Lcg(1, kLcgSteps);
+              wg.Done();
+            });
+          }
+          wg.Wait();
+          all.Done();
+        });
+        goro::Go([&] {  // goro::io on a pipe and a socketpair
+          int p[2], sp[2];
+          CHILD_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+          CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0, "socketpair: %s",
+                      strerror(errno));
+          goro::WaitGroup wg;
+          wg.Add(1);
+          goro::Go([&] {
+            socket_bytes = IoStream(sp[0], sp[1], kIoBytes, "socketpair");
+            wg.Done();
+          });
+          pipe_bytes = IoStream(p[1], p[0], kIoBytes, "pipe");
+          wg.Wait();
+          all.Done();
+        });
+        goro::Go([&] {  // goro::Syscall on a blocking pipe
+          syscall_bytes = SyscallStream(kSyscallBytes, &eintr);
+          all.Done();
+        });
+        all.Wait();
+      },
+      opts);
+  double seconds = absl::ToDoubleSeconds(Since(start));
+  stop = true;
+  storm_thread.join();
+  kill(storm_proc, SIGKILL);
+  int status;
+  while (waitpid(storm_proc, &status, 0) < 0 && errno == EINTR) {
+  }
+  goro::Stats st = goro::GetStats();
+  fprintf(stderr,
+          "%.2f s under the storm: %llu signals sent by the thread; handlers saw SIGURG %llu, SIGCHLD %llu, "
+          "SIGALRM %llu; %llu EINTRs in Syscall-marked calls; %llu async preemptions\n",
+          seconds, goro_test::U(thread_sent.load()), goro_test::U(urg_seen.load()), goro_test::U(chld_seen.load()),
+          goro_test::U(alrm_seen.load()), goro_test::U(eintr.load()), goro_test::U(st.async_preemptions));
+  const int64_t pong_expected = static_cast<int64_t>(kPingPong) * (kPingPong + 1) / 2;
+  CHILD_CHECK(pong_sum == pong_expected, "ping-pong sum %lld, expected %lld", static_cast<long long>(pong_sum),
+              static_cast<long long>(pong_expected));
+  CHILD_CHECK(counted == kCounters * kIncrements, "counted %lld under the mutex, expected %d",
+              static_cast<long long>(counted), kCounters * kIncrements);
+  const int64_t nodes_expected = kTrees * ((int64_t{1} << (kDepth + 1)) - 1);
+  CHILD_CHECK(nodes.load() == nodes_expected, "spawn trees had %lld nodes, expected %lld",
+              static_cast<long long>(nodes.load()), static_cast<long long>(nodes_expected));
+  for (uint64_t v : lcg) CHILD_CHECK(v == lcg_expected, "a spinner computed %llx, expected %llx", goro_test::U(v), goro_test::U(lcg_expected));
+  CHILD_CHECK(pipe_bytes == static_cast<int64_t>(kIoBytes), "pipe: %lld bytes", static_cast<long long>(pipe_bytes));
+  CHILD_CHECK(socket_bytes == static_cast<int64_t>(kIoBytes), "socketpair: %lld bytes", static_cast<long long>(socket_bytes));
+  CHILD_CHECK(syscall_bytes == static_cast<int64_t>(kSyscallBytes), "Syscall pipe: %lld bytes",
+              static_cast<long long>(syscall_bytes));
+  CHILD_CHECK(urg_seen.load() > 0, "no foreign SIGURG reached the program's handler");
+  CHILD_CHECK(chld_seen.load() > 0, "no SIGCHLD reached the program's handler");
+  CHILD_CHECK(alrm_seen.load() > 0, "no SIGALRM reached the program's handler");
+  CHILD_CHECK(st.async_preemptions > 0, "no goroutine was preempted by a signal");
+  CHILD_CHECK(handler_migrations.load() == 0, "%llu signal handlers ended on another thread than they began",
+              goro_test::U(handler_migrations.load()));
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, SignalStormChangesNoResult) {
+  EXPECT_EXIT(SignalStormChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// The same hazard, made certain: a SIGALRM handler that runs for 5 ms on a
+// goroutine's thread, ten times the time slice, while other goroutines wait
+// for the P. Sysmon asks the goroutine to yield while the handler runs; it
+// must not be preempted there (see PreemptHandler). Fails if a handler ends
+// on another thread than it began on, or if the process crashes. Checked by
+// hand: without the interrupted-mask check, 5 runs in 6 failed (a handler
+// ended on another thread).
+
+std::atomic<uint64_t> long_handler_runs{0}, long_handler_migrations{0};
+
+void OnAlrmLong(int) {
+  long tid = syscall(SYS_gettid);
+  timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 5 * 1000 * 1000);
+  if (syscall(SYS_gettid) != tid) long_handler_migrations.fetch_add(1, std::memory_order_relaxed);
+  long_handler_runs.fetch_add(1, std::memory_order_relaxed);
+}
+
+[[noreturn]] void LongHandlerChild() {
+  sigset_t alrm;
+  sigemptyset(&alrm);
+  sigaddset(&alrm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alrm, nullptr);  // this thread and the watchdog: SIGALRM goes to an M
+  goro_test::Watchdog dog(absl::Seconds(60), "long signal handler");
+  Handle(SIGALRM, OnAlrmLong, true);
+  goro::Options opts;
+  opts.max_procs = 2;
+  opts.time_slice = absl::Milliseconds(1);
+  constexpr uint64_t kSteps = 200'000'000;
+  const uint64_t expected = Lcg(7, kSteps);
+  std::atomic<int> running{0};
+  std::atomic<bool> done{false};
+  std::thread sender([&] {
+    while (running.load() < 3 && !done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 60 && !done.load(); ++i) {
+      kill(getpid(), SIGALRM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(8));
+    }
+  });
+  uint64_t results[3] = {};
+  goro::Run(
+      [&] {
+        goro::WaitGroup wg;
+        wg.Add(3);
+        for (int i = 0; i < 3; ++i) {
+          goro::Go([&, i] {
+            running.fetch_add(1);
+            results[i] = Lcg(7, kSteps);
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      opts);
+  done = true;
+  sender.join();
+  fprintf(stderr, "%llu handler runs, %llu ended on another thread; %llu async preemptions\n",
+          goro_test::U(long_handler_runs.load()), goro_test::U(long_handler_migrations.load()),
+          goro_test::U(goro::GetStats().async_preemptions));
+  for (uint64_t r : results) CHILD_CHECK(r == expected, "a spinner computed %llx, expected %llx", goro_test::U(r), goro_test::U(expected));
+  CHILD_CHECK(long_handler_runs.load() > 0, "no SIGALRM handler ran");
+  CHILD_CHECK(long_handler_migrations.load() == 0, "%llu of %llu handlers ended on another thread",
+              goro_test::U(long_handler_migrations.load()), goro_test::U(long_handler_runs.load()));
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, NoPreemptionInsideASignalHandler) {
+  EXPECT_EXIT(LongHandlerChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------------------
+// fork()+exec, posix_spawn, popen and system() while goroutines run.
+//
+// On 2 Ps, with a spinner that only async preemption interrupts and a
+// ping-pong pair, a goroutine forks 200 times and execs /bin/true or
+// /bin/false in the child (only async-signal-safe calls in between), then
+// starts /bin/echo with posix_spawn (output read through goro::io), popen
+// and system(). Fails if a child's exit status or output is wrong, if a child
+// does not end within 10 s (it is killed), if the ping-pong stalls while
+// the forks go on, or if the spinner was never preempted or computed a wrong
+// value. (That the child starts with default signal dispositions and an
+// empty mask is PreemptSafetyTest.ForkExecChildStartsWithDefaultSignalState.)
+
+// Waits for pid without blocking the thread; -1 if it did not end in time
+// (then it is killed and reaped).
+int WaitChild(pid_t pid, absl::Duration limit) {
+  auto start = Now();
+  int status = 0;
+  absl::Duration nap = absl::Microseconds(100);
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return -1;
+    if (Since(start) > limit) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return -1;
+    }
+    goro::SleepFor(nap);
+    nap = std::min(nap * 2, absl::Milliseconds(5));
+  }
+}
+
+std::string StatusText(int status) {
+  if (status == -1) return "did not end within the limit";
+  if (WIFEXITED(status)) return absl::StrCat("exited with ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("status ", status);
+}
+
+TEST(RobustTest, ForkAndExecWhileGoroutinesRun) {
+  constexpr int kForks = 200, kSpawns = 20;
+  constexpr uint64_t kSteps = 400'000'000;
+  const uint64_t expected = Lcg(3, kSteps);
+  std::vector<std::string> failures;
+  uint64_t spin_result = 0, spin_preemptions = 0;
+  int64_t rounds_during_forks = 0, rounds_total = 0;
+  bool pong_ok = true;
+  goro_test::RunBounded([&] {
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> rounds{0};
+    goro::WaitGroup bg;
+    bg.Add(2);
+    goro::Go([&] {  // the spinner
+      spin_result = Lcg(3, kSteps);
+      spin_preemptions = goro::CurrentGoroutinePreemptions();
+      bg.Done();
+    });
+    goro::Go([&] {  // ping-pong until told to stop
+      goro::Chan<int64_t> ping, pong;
+      goro::Go([&] {
+        while (std::optional<int64_t> v = ping.Recv()) pong.Send(*v + 1);
+      });
+      for (int64_t i = 0; !stop.load(); ++i) {
+        ping.Send(i);
+        if (*pong.Recv() != i + 1) pong_ok = false;
+        rounds.fetch_add(1);
+      }
+      ping.Close();
+      bg.Done();
+    });
+    int64_t rounds_before = rounds.load();
+    for (int i = 0; i < kForks; ++i) {
+      const char* prog = i % 2 == 0 ? "/bin/true" : "/bin/false";
+      pid_t pid = fork();
+      if (pid == 0) {
+        execl(prog, prog, static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      if (pid < 0) {
+        failures.push_back(absl::StrCat("fork ", i, ": ", strerror(errno)));
+        break;
+      }
+      int status = WaitChild(pid, absl::Seconds(10));
+      if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != (i % 2)) {
+        failures.push_back(absl::StrCat("fork+exec ", prog, " #", i, ": ", StatusText(status)));
+      }
+    }
+    rounds_during_forks = rounds.load() - rounds_before;
+    for (int i = 0; i < kSpawns; ++i) {
+      int fds[2];
+      ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+      std::string word = absl::StrCat("spawned-", i);
+      char arg0[] = "echo";
+      char* argv[] = {arg0, word.data(), nullptr};
+      pid_t pid = -1;
+      int err = posix_spawn(&pid, "/bin/echo", &fa, nullptr, argv, environ);
+      posix_spawn_file_actions_destroy(&fa);
+      close(fds[1]);
+      if (err != 0) {
+        failures.push_back(absl::StrCat("posix_spawn: ", strerror(err)));
+        close(fds[0]);
+        continue;
+      }
+      std::string out;
+      char buf[256];
+      for (;;) {
+        absl::StatusOr<size_t> r = goro::io::Read(fds[0], buf, sizeof buf, absl::Now() + absl::Seconds(10));
+        if (!r.ok()) {
+          failures.push_back(absl::StrCat("reading echo's output: ", r.status().ToString()));
+          break;
+        }
+        if (*r == 0) break;
+        out.append(buf, *r);
+      }
+      goro::io::Close(fds[0]).IgnoreError();
+      int status = WaitChild(pid, absl::Seconds(10));
+      if (out != word + "\n" || status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failures.push_back(absl::StrCat("posix_spawn echo: output \"", out, "\", ", StatusText(status)));
+      }
+    }
+    for (int i = 0; i < kSpawns; ++i) {
+      std::string out;
+      int status = goro::Syscall([&] {
+        FILE* f = popen("echo popen-ok", "r");
+        if (f == nullptr) return -2;
+        char line[64];
+        while (fgets(line, sizeof line, f) != nullptr) out += line;
+        return pclose(f);
+      });
+      if (out != "popen-ok\n" || status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failures.push_back(absl::StrCat("popen: output \"", out, "\", ", StatusText(status)));
+      }
+      status = goro::Syscall([&] { return system("exit 3"); });
+      if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 3) {
+        failures.push_back(absl::StrCat("system(\"exit 3\"): ", StatusText(status)));
+      }
+    }
+    stop = true;
+    bg.Wait();
+    rounds_total = rounds.load();
+  });
+  fprintf(stderr,
+          "%d fork+exec, %d posix_spawn, %d popen, %d system; ping-pong rounds %lld during the forks, %lld in "
+          "all; spinner preempted %llu times\n",
+          kForks, kSpawns, kSpawns, kSpawns, static_cast<long long>(rounds_during_forks),
+          static_cast<long long>(rounds_total), goro_test::U(spin_preemptions));
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_TRUE(pong_ok) << "a ping-pong reply was wrong";
+  EXPECT_GT(rounds_during_forks, 0) << "the ping-pong goroutines did not run while the forks went on";
+  EXPECT_EQ(spin_result, expected);
+  EXPECT_GT(spin_preemptions, 0u) << "the spinner was never preempted";
+}
+
+}  // namespace
