@@ -7,7 +7,7 @@
 //
 // Each parked goroutine's line is followed by its backtrace, walked by
 // libunwind from the registers its last switch saved (arch::SwitchFrame).
-// libunwind is dlopen'ed with RTLD_LOCAL at the first dump rather than linked:
+// libunwind is dlopen'ed with RTLD_LOCAL when the runtime starts, not linked:
 // Debian's libunwind exports _Unwind_* too, and linked in it would take over
 // C++ exception unwinding from libgcc (DESIGN.md, "Tracebacks").
 //

@@ -1324,6 +1324,9 @@ void EnsureStarted(const Options& opts) {
   InstallSignalHandlers();
   if (env.sigquit_dump) InstallQuitHandler();
   previous_terminate = std::set_terminate(OnTerminate);
+  // Now rather than in a fatal error, which may strike inside the dynamic
+  // loader's lock (or with memory exhausted) where dlopen would fail or hang.
+  PreloadUnwinder();
   InitPreemptibleRanges();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {

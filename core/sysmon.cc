@@ -166,9 +166,6 @@ void SysmonLoop() {
   prctl(PR_SET_NAME, "goro-sysmon");
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
-  // Here rather than in a fatal error, which may strike inside the dynamic
-  // loader's lock (or with memory exhausted) where dlopen would fail or hang.
-  PreloadUnwinder();
   std::vector<PState> ps(sched.nprocs);
   struct RevokedM {
     M* m;

@@ -602,11 +602,11 @@ uint64_t PhdrChurn(absl::Duration d, uint64_t want_objects, uint64_t* rounds) {
 [[noreturn]] void LibraryChurnChild(int procs) {
   goro_test::Watchdog dog(absl::Seconds(25), "library churn");
   static uint64_t want_objects = 0;
-  want_objects = CountObjects();  // before the runtime starts
   static std::atomic<uint64_t> damaged{0};
   static uint64_t rounds[6] = {};
   goro::Run(
       [] {
+        want_objects = CountObjects();  // once the runtime has loaded libunwind
         static Spin hog;
         const absl::Duration d = absl::Seconds(1);
         goro::WaitGroup hog_done, wg;
