@@ -371,8 +371,8 @@ void CheckBlocksMatchUnblocks(const Trace& t, int64_t g, const std::set<std::str
   int outstanding = 0;
   for (auto& [ts, d] : seq) {
     outstanding += d;
-    EXPECT_GE(outstanding, 0) << "goroutine " << g << " unblocked at " << ts << " us without blocking";
-    EXPECT_LE(outstanding, 1) << "goroutine " << g << " blocked twice without an unblock";
+    ASSERT_GE(outstanding, 0) << "goroutine " << g << " unblocked at " << ts << " us without blocking";
+    ASSERT_LE(outstanding, 1) << "goroutine " << g << " blocked twice without an unblock (at " << ts << " us)";
   }
   EXPECT_EQ(outstanding, 0) << "goroutine " << g << " is still blocked at the end";
 }
