@@ -627,6 +627,45 @@ TEST(TraceTest, Errors) {
   });
 }
 
+// GOROTRACE=path traces from the start of the runtime to exit. The child
+// (a fresh process: EXPECT_EXIT re-executes the binary) starts the runtime.
+void TraceWholeProgramChild(const std::string& path) {
+  setenv("GOROTRACE", path.c_str(), 1);
+  goro::Options opts = goro_test::TestOptions();
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(10);
+        for (int i = 0; i < 10; ++i) goro::Go([&] { wg.Done(); });
+        wg.Wait();
+      },
+      opts);
+  exit(0);  // the trace is stopped and written by an atexit handler
+}
+
+TEST(TraceTest, GorotraceTracesTheWholeProgram) {
+  // The child re-runs this body with another pid: it inherits the name.
+  const char* inherited = getenv("GORO_TRACE_TEST_PATH");
+  const std::string path = inherited != nullptr ? inherited : TempPath("env");
+  setenv("GORO_TRACE_TEST_PATH", path.c_str(), 1);
+  EXPECT_EXIT(TraceWholeProgramChild(path), ::testing::ExitedWithCode(0), "");
+  Trace t = LoadTrace(path);
+  // The Run goroutine (created by the main thread, on no P) and its ten.
+  EXPECT_EQ(t.Named("GoCreate").size(), 11u);
+  int exits = 0;
+  for (const Event& e : t.events) exits += e.ph == 'X' && e.args.at("reason") == "exit";
+  // The Run goroutine may still be finishing when the main thread exits.
+  EXPECT_GE(exits, 10);
+  EXPECT_LE(exits, 11);
+  unlink(path.c_str());
+}
+
+TEST(TraceTest, GorotraceWithABadPathSaysSoAndRunsOn) {
+  EXPECT_EXIT(TraceWholeProgramChild("/nonexistent-goro-dir/trace.json"), ::testing::ExitedWithCode(0),
+              "goro: GOROTRACE: goro::trace::Start: cannot create /nonexistent-goro-dir/trace.json: "
+              ".*; not tracing");
+}
+
 TEST(TraceTest, StartBeforeTheRuntimeFails) {
   // Under ctest each test runs in a fresh process (gtest_discover_tests).
   if (goro::GetStats().procs != 0) GTEST_SKIP() << "the runtime was started by an earlier test";
