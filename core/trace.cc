@@ -281,64 +281,120 @@ void RecordHandoff(P* p, G* g, HandoffWhy why) {
 
 namespace {
 
-// One line per event; each but the last ends with a comma.
+// One line per event; each but the last ends with a comma. Formats into its
+// own buffer with memcpy and a hand-rolled integer conversion: the writer
+// thread must keep up with millions of records a second.
 class JsonOut {
  public:
-  explicit JsonOut(FILE* f) : f_(f) {}
+  explicit JsonOut(FILE* f) : f_(f), buf_(new char[kCap]) {}
+  ~JsonOut() { delete[] buf_; }
+  JsonOut(const JsonOut&) = delete;
+  JsonOut& operator=(const JsonOut&) = delete;
 
   // Starts an event line: {"name":"<name>","ph":"<ph>","pid":1,"tid":<tid>
   JsonOut& Begin(absl::string_view name, char ph, int64_t tid) {
-    absl::StrAppend(&buf_, "{\"name\":\"", name, "\",\"ph\":\"", absl::string_view(&ph, 1),
-                    "\",\"pid\":1,\"tid\":", tid);
-    return *this;
+    Put("{\"name\":\"");
+    Put(name);
+    return Phase(ph, tid);
+  }
+  // The same for a run of goroutine g: "name":"G<g>", "ph":"X".
+  JsonOut& BeginRun(int64_t g, int64_t tid) {
+    Put("{\"name\":\"G");
+    PutInt(g);
+    return Phase('X', tid);
   }
   JsonOut& Ts(absl::string_view key, int64_t ns) {
-    absl::StrAppend(&buf_, ",\"", key, "\":");
-    AppendMicros(ns);
+    Put(",\"");
+    Put(key);
+    Put("\":");
+    PutMicros(ns);
     return *this;
   }
   JsonOut& Raw(absl::string_view s) {
-    buf_.append(s.data(), s.size());
+    Put(s);
     return *this;
   }
   JsonOut& Int(absl::string_view key, int64_t v) {
-    absl::StrAppend(&buf_, "\"", key, "\":", v);
+    Put("\"");
+    Put(key);
+    Put("\":");
+    PutInt(v);
     return *this;
   }
   JsonOut& Str(absl::string_view key, absl::string_view v) {
-    absl::StrAppend(&buf_, "\"", key, "\":\"", v, "\"");
+    Put("\"");
+    Put(key);
+    Put("\":\"");
+    Put(v);
+    Put("\"");
+    return *this;
+  }
+  // "key":"P<id>"
+  JsonOut& PName(absl::string_view key, int64_t id) {
+    Put("\"");
+    Put(key);
+    Put("\":\"P");
+    PutInt(id);
+    Put("\"");
     return *this;
   }
   // Ends an event line.
   void End(bool last = false) {
-    buf_.append(last ? "}\n" : "},\n");
+    Put(last ? absl::string_view("}\n") : absl::string_view("},\n"));
     ++events_;
-    if (buf_.size() >= (1 << 16)) Flush();
+    if (len_ >= kCap - kMaxEvent) Flush();
   }
   void Line(absl::string_view s) {
-    buf_.append(s.data(), s.size());
-    buf_.push_back('\n');
+    Put(s);
+    Put("\n");
   }
   void Flush() {
-    if (!buf_.empty() && fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size() && err_ == 0) {
-      err_ = errno != 0 ? errno : EIO;
-    }
-    buf_.clear();
+    if (len_ != 0 && fwrite(buf_, 1, len_, f_) != len_ && err_ == 0) err_ = errno != 0 ? errno : EIO;
+    len_ = 0;
   }
   uint64_t events() const { return events_; }
   int err() const { return err_; }
 
  private:
+  static constexpr size_t kCap = 1 << 16;
+  static constexpr size_t kMaxEvent = 1024;  // no event line is longer
+
+  JsonOut& Phase(char ph, int64_t tid) {
+    Put("\",\"ph\":\"");
+    buf_[len_++] = ph;
+    Put("\",\"pid\":1,\"tid\":");
+    PutInt(tid);
+    return *this;
+  }
+  void Put(absl::string_view s) {
+    if (len_ + s.size() > kCap) Flush();  // only a long header line gets here
+    memcpy(buf_ + len_, s.data(), s.size());
+    len_ += s.size();
+  }
+  void PutInt(int64_t v) {
+    char tmp[24];
+    char* e = tmp + sizeof tmp;
+    char* p = e;
+    uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    do {
+      *--p = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u != 0);
+    if (v < 0) *--p = '-';
+    Put(absl::string_view(p, static_cast<size_t>(e - p)));
+  }
   // Microseconds with nanosecond precision: 1234.567.
-  void AppendMicros(int64_t ns) {
+  void PutMicros(int64_t ns) {
     if (ns < 0) ns = 0;
-    char frac[4] = {static_cast<char>('0' + ns / 100 % 10), static_cast<char>('0' + ns / 10 % 10),
-                    static_cast<char>('0' + ns % 10), 0};
-    absl::StrAppend(&buf_, ns / 1000, ".", frac);
+    PutInt(ns / 1000);
+    char frac[4] = {'.', static_cast<char>('0' + ns / 100 % 10), static_cast<char>('0' + ns / 10 % 10),
+                    static_cast<char>('0' + ns % 10)};
+    Put(absl::string_view(frac, 4));
   }
 
   FILE* f_;
-  std::string buf_;
+  char* buf_;
+  size_t len_ = 0;
   uint64_t events_ = 0;
   int err_ = 0;
 };
@@ -430,7 +486,7 @@ class Replay {
 
   void Close(Row& row, int64_t at, absl::string_view reason) {
     int64_t g = row.running;
-    out_.Begin(absl::StrCat("G", g), 'X', row.tid).Raw(",\"cat\":\"goroutine\"").Ts("ts", row.since)
+    out_.BeginRun(g, row.tid).Raw(",\"cat\":\"goroutine\"").Ts("ts", row.since)
         .Ts("dur", at - row.since).Raw(",\"args\":{").Int("g", g).Raw(",").Str("reason", reason).Raw("}")
         .End();
     if (row.flow != 0) {
@@ -478,7 +534,7 @@ class Replay {
       case Kind::kPreempt:
       case Kind::kEnd: {
         Ensure(row, r.g, at);
-        std::string reason;
+        absl::string_view reason;
         if (r.kind == Kind::kBlock) {
           const char* w = WaitReasonString(static_cast<WaitReason>(r.extra));
           reason = *w != '\0' ? w : "blocked";
@@ -510,7 +566,7 @@ class Replay {
         break;
       case Kind::kSteal:
         Instant(row, "GoSteal", at);
-        out_.Int("g", r.arg).Raw(",").Str("from", absl::StrCat("P", r.aux)).Raw("}").End();
+        out_.Int("g", r.arg).Raw(",").PName("from", r.aux).Raw("}").End();
         break;
       case Kind::kSyscallEnter:
       case Kind::kSyscallExit:
