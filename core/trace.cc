@@ -437,7 +437,8 @@ class Replay {
     for (int i = 0; i <= nprocs; ++i) {
       std::string name = i < nprocs ? absl::StrCat("P", i) : std::string("no P");
       out_.Begin("thread_name", 'M', rows_[i].tid).Raw(",\"args\":{").Str("name", name).Raw("}").End();
-      out_.Begin("thread_sort_index", 'M', rows_[i].tid).Raw(",\"args\":{").Int("sort_index", i).Raw("}").End();
+      out_.Begin("thread_sort_index", 'M', rows_[i].tid).Raw(",\"args\":{").Int("sort_index", i).Raw("}")
+          .End();
     }
   }
 
@@ -452,6 +453,7 @@ class Replay {
 
   // Ends every run still open, writes the final event, flushes.
   void Finish(Pair end, uint64_t records) {
+    now_ = end;
     int64_t t = ToNs(end.ticks);
     for (size_t i = 0; i + 1 < rows_.size(); ++i) {
       Row& row = rows_[i];
@@ -784,7 +786,10 @@ void StartFromEnvironment() {
   }
   std::atexit([] {
     absl::Status s = StopTrace(/*mark_blocking=*/false);  // the process is ending
-    if (!s.ok()) WriteStderr(absl::StrCat("goro: GOROTRACE: ", s.message(), "\n"));
+    // FailedPrecondition: the program stopped it itself.
+    if (!s.ok() && !absl::IsFailedPrecondition(s)) {
+      WriteStderr(absl::StrCat("goro: GOROTRACE: ", s.message(), "\n"));
+    }
   });
 }
 

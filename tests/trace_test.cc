@@ -326,7 +326,8 @@ Trace LoadTrace(const std::string& path) {
     if (e.ph == 'X') {
       EXPECT_GE(e.dur, 0) << e.name;
       EXPECT_EQ(e.name, absl::StrCat("G", e.Arg("g")));
-      EXPECT_EQ(e.args["reason"].find("unknown"), std::string::npos) << "a run whose end the writer could not explain";
+      EXPECT_EQ(e.args["reason"].find("unknown"), std::string::npos)
+          << "a run whose end the writer could not explain: " << e.args["reason"];
     }
     t.events.push_back(std::move(e));
   }
