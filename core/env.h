@@ -7,6 +7,8 @@
 //                              schedtrace=MS        print scheduler state every MS ms
 //                              scheddetail=1        more detail in schedtrace
 //                              sigquitdump=0        no goroutine dump on SIGQUIT
+//   GOROTRACE=path             an event trace of the whole run (read by
+//                              core/trace.cc, not here)
 //
 // A malformed value is reported on stderr in one line and ignored.
 #ifndef GORO_CORE_ENV_H_

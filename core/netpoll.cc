@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/fatal.h"
+#include "core/trace.h"
 
 namespace goro::internal {
 
@@ -85,6 +86,7 @@ void TakeWaiter(std::atomic<G*>& slot, G** list) {
   if (!g->status.compare_exchange_strong(want, GStatus::kRunnable, std::memory_order_acq_rel)) {
     Fatal(absl::StrCat("netpoll: goroutine ", g->id, " is not waiting"));
   }
+  trace::GoUnblock(g);
   g->sched_link = *list;
   *list = g;
 }

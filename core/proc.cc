@@ -112,6 +112,7 @@
 #include "core/env.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/trace.h"
 #include "goro/sync.h"
 
 namespace goro::internal {
@@ -477,6 +478,7 @@ G* StealWork(M* m, bool* inherit) {
       }
       if (G* g = p->runq.StealFrom(victim->runq, last)) {
         p->steals.fetch_add(1, std::memory_order_relaxed);
+        trace::GoSteal(p, victim, g);
         *inherit = false;
         return g;
       }
@@ -685,6 +687,7 @@ void PrepareToRun(M* m, G* g, bool inherit) {
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);
   tls_g = g;
+  trace::GoStart(p, g);
 }
 
 // Runs g on the current M until it switches back to g0.
@@ -711,9 +714,11 @@ G* FinishSwitchOnG0(M* m) {
       void* arg = m->park_arg;
       m->park_commit = nullptr;
       m->park_arg = nullptr;
+      trace::GoBlock(m->p, g);
       g->status.store(GStatus::kWaiting, std::memory_order_release);
       if (commit != nullptr && !commit(g, arg)) {
         g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+        trace::GoUnblock(g);  // the park was called off: runnable again at once
         return g;
       }
       return nullptr;
@@ -922,6 +927,7 @@ void GoroutineMain(void* arg) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);
   M* m = CurrentM();
+  trace::GoEnd(m->p, g);
   m->request = SwitchRequest::kExit;
   m->in_switch.store(true, std::memory_order_relaxed);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
@@ -1005,6 +1011,7 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
     return false;
   }
   p->m.store(nullptr, std::memory_order_release);
+  trace::PHandoff(p, g, trace::HandoffWhy::kBlockedCall);
   P::Status rev = P::Status::kRevoking;
   if (!p->status.compare_exchange_strong(rev, P::Status::kIdle)) Fatal("TryRevokeP: status changed under it");
   m->revoked.store(true, std::memory_order_release);
@@ -1070,6 +1077,7 @@ void Ready(G* g) {
     g->note.Wakeup();
     return;
   }
+  trace::GoUnblock(g);
   M* m = CurrentM();
   if (m != nullptr && m->p != nullptr) {
     RunqPut(m->p, g, true);
@@ -1086,6 +1094,7 @@ void YieldNow() {
     sched_yield();
     return;
   }
+  trace::GoYield(m->p, m->curg);
   if (TryYieldDirect(m, m->curg)) return;
   SwitchToG0(m, m->curg, SwitchRequest::kYield);
 }
@@ -1120,7 +1129,10 @@ void ReacquireP(M* m, G* g) {
 }
 
 void ReacquirePOnSameThread(M* m, G* g) {
-  if (TryAcquireIdleP(m)) return;
+  if (TryAcquireIdleP(m)) {
+    trace::GoStart(m->p, g);  // g runs on: on this P from now
+    return;
+  }
   bool wired = g->locked_m != nullptr;
   if (!wired) {  // temporarily, for the hand-off
     g->locked_m = m;
@@ -1142,6 +1154,7 @@ void PreemptCooperative() {
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
   sched.cooperative_preemptions.fetch_add(1, std::memory_order_relaxed);
+  trace::GoPreempt(m->p, g, /*async=*/false);
   SwitchToG0(m, g, SwitchRequest::kPreempt);
   g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -1221,6 +1234,7 @@ extern "C" void goro_async_preempt_go() {
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
   sched.async_preemptions.fetch_add(1, std::memory_order_relaxed);
+  trace::GoPreempt(m->p, g, /*async=*/true);
   SwitchToG0(m, g, SwitchRequest::kPreempt);
   SetErrno(saved_errno);
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -1259,11 +1273,13 @@ void NewProc(const ClosureOps* ops, void* f) {
     g->id = p->goid_next++;
     p->created.fetch_add(1, std::memory_order_relaxed);
     g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    trace::GoCreate(p, g);
     RunqPut(p, g, true);
   } else {
     g->id = sched.next_goid.fetch_add(1, std::memory_order_relaxed);
     sched.created_off_p.fetch_add(1, std::memory_order_relaxed);
     g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    trace::GoCreate(nullptr, g);
     absl::MutexLock lock(&sched.mu);
     GlobrunqPutLocked(g);
   }
@@ -1341,6 +1357,7 @@ void EnsureStarted(const Options& opts) {
   sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
   StartSysmon();
   sched.started.store(true, std::memory_order_release);
+  trace::StartFromEnvironment();  // GOROTRACE
 }
 
 }  // namespace goro::internal

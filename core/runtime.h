@@ -140,6 +140,9 @@ struct alignas(64) G {
   int32_t lock_count = 0;  // LockOSThread nesting
   M* locked_m = nullptr;   // LockOSThread: the M this goroutine is wired to
   G* alllink = nullptr;    // sched.allgs: every G ever made (they are never freed)
+  // The trace's flow id of the unblock that made it runnable (core/trace.cc):
+  // set by the unblocker, taken by the start that follows.
+  uint64_t trace_flow = 0;
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
 static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/trace.h"
 #include "goro/syscall.h"
 
 namespace goro::internal {
@@ -30,6 +31,7 @@ void EnterSyscall() {
   EnsurePAfterEntry(g);
   M* m = CurrentM();  // preemption is off: it cannot change now
   P* p = m->p;
+  trace::SyscallEnter(p, g);
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
   p->syscalltick.store(p->syscalltick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   p->syscall_owner.store(m, std::memory_order_seq_cst);
@@ -56,6 +58,7 @@ void ExitSyscall() {
     ReacquirePOnSameThread(m, g);
   }
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+  trace::SyscallExit(m->p, g);  // the same M (see above), perhaps another P
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   SetErrno(saved_errno);  // perhaps another thread's errno now

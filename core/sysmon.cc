@@ -44,6 +44,7 @@
 #include "arch/cpu.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/trace.h"
 
 namespace goro::internal {
 
@@ -248,6 +249,7 @@ void SysmonLoop() {
         if (owner != nullptr &&
             p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
           // Ours now: the M will find it gone when it leaves the region.
+          trace::PHandoff(p, __atomic_load_n(&owner->curg, __ATOMIC_ACQUIRE), trace::HandoffWhy::kSyscall);
           p->status.store(P::Status::kIdle, std::memory_order_release);
           p->m.store(nullptr, std::memory_order_release);
           sched.handoffs.fetch_add(1, std::memory_order_relaxed);

@@ -158,7 +158,13 @@ TEST(DumpTest, ListsBlockedGoroutinesWithWhatTheyWaitFor) {
   goro_test::StartRuntime();
   goro::Chan<int> never;
   goro::Go([never] { ParkedInDumpTest(never); });
-  goro::SleepFor(absl::Milliseconds(50));
+  // Until it has parked (a fixed sleep is not enough on a loaded machine).
+  for (int i = 0; i < 10000; ++i) {
+    std::ostringstream out;
+    goro::DumpGoroutines(out);
+    if (out.str().find("[chan receive") != std::string::npos) break;
+    goro::SleepFor(absl::Milliseconds(1));
+  }
   raise(SIGQUIT);
   _exit(0);  // not reached if the dump runs
 }

@@ -9,5 +9,6 @@
 #include "goro/sync.h"
 #include "goro/syscall.h"
 #include "goro/timer.h"
+#include "goro/trace.h"
 
 #endif  // GORO_GORO_H_
