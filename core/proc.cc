@@ -626,6 +626,20 @@ G* GfreeGet(P* p) {
   return g;
 }
 
+// A free G for a spawn from a plain thread (no P): from the global list only.
+// Without this, every Run or Go from a thread made a new G, and the Gs they
+// freed piled up on the global list for ever.
+G* GfreeGetNoP() {
+  sched.gfree_lock.Lock();
+  G* g = sched.gfree;
+  if (g != nullptr) {
+    sched.gfree = g->sched_link;
+    sched.gfree_n--;
+  }
+  sched.gfree_lock.Unlock();
+  return g;
+}
+
 void GfreePut(P* p, G* g) {
   g->sched_link = p->gfree;
   p->gfree = g;
@@ -1185,7 +1199,7 @@ namespace {
 void NewProc(const ClosureOps* ops, void* f) {
   M* m = CurrentM();
   P* p = m != nullptr ? m->p : nullptr;
-  G* g = p != nullptr ? GfreeGet(p) : nullptr;
+  G* g = p != nullptr ? GfreeGet(p) : GfreeGetNoP();
   if (g == nullptr) {
     g = new G();
     G* head = sched.allgs.load(std::memory_order_relaxed);
