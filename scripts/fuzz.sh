@@ -39,13 +39,18 @@ mkdir -p "$corpus" "$artifacts"
 log="$BUILD/fuzz/fuzz.log"
 echo "goro: fuzzing for ${seconds}s (log: $log)" >&2
 status=0
-"$BUILD/fuzz/goro_fuzz" -max_total_time="$seconds" -timeout=30 -max_len=512 \
-  -print_final_stats=1 -artifact_prefix="$artifacts/" "${extra[@]}" \
-  "$corpus" fuzz/corpus >"$log" 2>&1 || status=$?
+# The outer timeout is for a process that hangs while reporting a crash (seen
+# once when a goroutine crashed on one thread while others kept running).
+timeout -k 10 $((seconds + 120)) "$BUILD/fuzz/goro_fuzz" -max_total_time="$seconds" \
+  -timeout=30 -max_len=512 -print_final_stats=1 -artifact_prefix="$artifacts/" \
+  ${extra[@]+"${extra[@]}"} "$corpus" fuzz/corpus >"$log" 2>&1 || status=$?
 grep -E '^(#[0-9]+[[:space:]]+DONE|stat::)' "$log" >&2 || true
 if ((status != 0)); then
   grep -E 'MISMATCH|fatal error|ERROR:|SUMMARY' "$log" | head -5 >&2 || true
-  crash=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -1 | sed 's/Test unit written to //')
+  crash=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -1 | sed 's/Test unit written to //' || true)
+  if [[ -z $crash ]]; then  # killed by the outer timeout: the input is not saved
+    crash=$(ls -t "$artifacts"/* 2>/dev/null | head -1 || true)
+  fi
   echo "goro: fuzzer found a failure (exit $status); input: ${crash:-see $log}" >&2
   echo "goro: reproduce with: $BUILD/fuzz/goro_fuzz ${crash:-<input>}" >&2
   exit 1
