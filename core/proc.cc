@@ -647,6 +647,19 @@ G* GfreeGet(P* p) {
 
 std::atomic<int64_t> gs_allocated{0};  // by NewProc; never freed
 
+// A free G for a spawn from a plain thread (no P): from the global list only.
+// Without this, every Run or Go from a thread made a new G, and the Gs they
+// freed piled up on the global list for ever.
+G* GfreeGetNoP() {
+  sched.gfree_lock.Lock();
+  G* g = sched.gfree;
+  if (g != nullptr) {
+    sched.gfree = g->sched_link;
+    sched.gfree_n--;
+  }
+  sched.gfree_lock.Unlock();
+  return g;
+}
 
 void GfreePut(P* p, G* g) {
   g->sched_link = p->gfree;
@@ -1246,7 +1259,7 @@ namespace {
 void NewProc(const ClosureOps* ops, void* f) {
   M* m = CurrentM();
   P* p = m != nullptr ? m->p : nullptr;
-  G* g = p != nullptr ? GfreeGet(p) : nullptr;
+  G* g = p != nullptr ? GfreeGet(p) : GfreeGetNoP();
   if (g == nullptr) {
     g = new (std::nothrow) G();
     if (g == nullptr) {

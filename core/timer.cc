@@ -74,12 +74,15 @@ void AddTimer(Timer* t) {
   P* p = m != nullptr && m->p != nullptr ? m->p : sched.allp[FastRandN(sched.nprocs)];
   if (t->when <= 0) t->when = 1;  // 0 means "no timer" in timer0_when
   t->p = p;
+  // Once the lock is dropped another M may fire t, and its callback may free
+  // it (After) or wake the goroutine whose stack holds it (SleepFor).
+  int64_t when = t->when;
   p->timers_lock.Lock();
   p->timers.push_back(t);
   SiftUp(p->timers, p->timers.size() - 1);
   UpdateTimer0(p);
   p->timers_lock.Unlock();
-  WakeForTimer(t->when);
+  WakeForTimer(when);
 }
 
 bool DelTimer(Timer* t) {

@@ -2,7 +2,9 @@
 # Installs the Debian packages goro needs, if any is missing. Sourced by the
 # other scripts. As root it runs apt-get; otherwise it prints the exact line.
 set -euo pipefail
-GORO_PACKAGES=(g++ cmake make pkg-config libabsl-dev libunwind-dev libgtest-dev libbenchmark-dev gnuplot-nox)
+# A script needing more (scripts/fuzz.sh) sets GORO_EXTRA_PACKAGES first.
+GORO_PACKAGES=(g++ cmake make pkg-config libabsl-dev libunwind-dev libgtest-dev libbenchmark-dev gnuplot-nox
+               ${GORO_EXTRA_PACKAGES[@]+"${GORO_EXTRA_PACKAGES[@]}"})
 goro_missing=()
 for p in "${GORO_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || goro_missing+=("$p")

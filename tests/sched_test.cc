@@ -1,5 +1,6 @@
 // The scheduler: goroutine identity, Run and Go from anywhere, work spreading
 // across Ps, the Stats counters, and unwinding on and off goroutines.
+#include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -236,6 +237,23 @@ TEST(SchedTest, RunReturnsWhenFnReturnsNotWhenItsChildrenDo) {
   EXPECT_FALSE(child_done->load()) << "Run waited for a goroutine other than fn";
   gate.Close();  // from the test's thread
   EXPECT_TRUE(Eventually([&] { return child_done->load(); }));
+}
+
+// Each Run from a thread spawns its goroutine without a P. Such spawns must
+// reuse the Gs that finished goroutines left on the free lists; otherwise every
+// Run allocates a G for good (a few hundred bytes: megabytes over this loop).
+TEST(SchedTest, RepeatedRunFromAThreadDoesNotGrowTheHeap) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  auto heap = [] { return mallinfo2().uordblks; };
+  for (int i = 0; i < 1000; ++i) goro::Run([] {});  // warm the free lists
+  size_t before = heap();
+  constexpr int kRuns = 20000;
+  for (int i = 0; i < kRuns; ++i) goro::Run([] {});
+  size_t after = heap();
+  size_t growth = after > before ? after - before : 0;
+  EXPECT_LT(growth, size_t{1} << 20) << "heap grew by " << growth << " bytes over " << kRuns
+                                      << " Runs from a thread";
 }
 
 TEST(SchedTest, OneHundredThousandGoroutines) {
