@@ -51,44 +51,68 @@ bool UnlockQueue(G*, void* arg) {
 
 }  // namespace
 
+// The object that embeds the count and the queue (a WaitGroup, a Mutex) may
+// be destroyed as soon as SemAcquire returns: Run's WaitGroup lives on its
+// caller's stack, and C++ code frees a Mutex once it is unlocked. So a
+// releaser touches the object only while it holds the queue's lock, and an
+// acquirer returns only after the lock was free: one that finds a count
+// without waiting still takes and drops the lock, to wait out a releaser
+// that made the count and has not unlocked yet. A queued waiter is handed
+// its count directly (a ticket), so that it never has to look at the object
+// again either. (Go needs none of this: its garbage collector keeps the
+// object alive while anyone still refers to it.)
 void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReason reason) {
-  if (CanAcquire(count)) return;
-  SemaWaiter w;
-  for (;;) {
+  if (CanAcquire(count)) {
     LockWord(q->lock);
-    // Count ourselves before the last look, so that a releaser either sees us
-    // waiting or we see its increment.
-    q->nwait.fetch_add(1, std::memory_order_seq_cst);
-    if (CanAcquire(count)) {
-      q->nwait.fetch_sub(1, std::memory_order_relaxed);
-      UnlockWord(q->lock);
-      return;
-    }
-    w.g = CurrentG();
-    w.ticket = false;
-    Enqueue(q, &w, lifo);
-    Park(reason, UnlockQueue, q);
-    if (w.ticket || CanAcquire(count)) return;
-    lifo = true;  // woken but beaten to it: wait at the front
+    UnlockWord(q->lock);
+    return;
+  }
+  SemaWaiter w;
+  LockWord(q->lock);
+  if (CanAcquire(count)) {
+    UnlockWord(q->lock);
+    return;
+  }
+  q->nwait.fetch_add(1, std::memory_order_relaxed);
+  w.g = CurrentG();
+  w.ticket = false;
+  Enqueue(q, &w, lifo);
+  Park(reason, UnlockQueue, q);
+  if (!w.ticket) Fatal("SemAcquire: woken without a ticket");
+}
+
+// Releases n counts: to queued waiters first (tickets), the rest to *count.
+// The waiters are made runnable after the lock is dropped, from their own
+// stacks' records; nothing of the object is touched after UnlockWord.
+void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff) {
+  SemaWaiter* woken = nullptr;
+  LockWord(q->lock);
+  for (; n > 0; --n) {
+    SemaWaiter* w = Dequeue(q);
+    if (w == nullptr) break;
+    q->nwait.fetch_sub(1, std::memory_order_relaxed);
+    w->ticket = true;
+    w->next = woken;
+    woken = w;
+  }
+  if (n > 0) count->fetch_add(n, std::memory_order_release);
+  UnlockWord(q->lock);
+  bool any = woken != nullptr;
+  while (woken != nullptr) {
+    SemaWaiter* next = woken->next;
+    G* g = woken->g;  // the record lives on g's stack: not touched once g may run
+    Ready(g);
+    woken = next;
+  }
+  if (handoff && any) {
+    // Starvation mode: let the waiter run now, on this P, rather than after
+    // our time slice.
+    YieldNow();
   }
 }
 
 void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff) {
-  count->fetch_add(1, std::memory_order_seq_cst);
-  if (q->nwait.load(std::memory_order_seq_cst) == 0) return;
-  LockWord(q->lock);
-  SemaWaiter* w = Dequeue(q);
-  if (w != nullptr) q->nwait.fetch_sub(1, std::memory_order_relaxed);
-  UnlockWord(q->lock);
-  if (w == nullptr) return;
-  bool handed = handoff && CanAcquire(count);
-  w->ticket = handed;
-  G* g = w->g;  // w lives on g's stack: do not touch it once g may run
-  Ready(g);
-  if (handed) {
-    // Let the waiter run now, on this P, rather than after our time slice.
-    YieldNow();
-  }
+  SemReleaseN(count, q, 1, handoff);
 }
 
 }  // namespace goro::internal

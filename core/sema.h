@@ -21,9 +21,13 @@ namespace goro::internal {
 // With lifo, the waiter goes to the front of the queue (a Mutex waiter that
 // already waited once).
 void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReason reason);
-// With handoff, the released count goes straight to the first waiter, which
-// runs next on this P (a Mutex in starvation mode).
+// The count goes to the first queued waiter, or to *count if none waits;
+// with handoff, the woken waiter runs next on this P (a Mutex in starvation
+// mode). Once a SemAcquire has returned, the release that satisfied it no
+// longer touches *count or *q: the object holding them may be destroyed.
 void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff);
+// n releases at once, with the same guarantee for every one of them.
+void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff);
 
 }  // namespace goro::internal
 

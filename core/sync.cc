@@ -32,7 +32,8 @@ void WaitGroup::Add(int64_t n) {
     internal::FatalG("sync: WaitGroup misuse: Add called concurrently with Wait");
   }
   state_.store(0, std::memory_order_relaxed);
-  for (; w != 0; --w) internal::SemRelease(&sema_, &waiters_, false);
+  // All at once: the first waiter to return may destroy the WaitGroup.
+  internal::SemReleaseN(&sema_, &waiters_, w, false);
 }
 
 void WaitGroup::Wait() {

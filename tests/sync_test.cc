@@ -1,5 +1,6 @@
 // WaitGroup, Mutex and CondVar.
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,47 @@ TEST(WaitGroupTest, ReusableAfterWaitReturns) {
       ASSERT_EQ(n.load(), 4) << "round " << round;
     }
   });
+}
+
+// Once Wait has returned, Done is finished with the WaitGroup, and a waiter
+// may destroy it at once (Run's own WaitGroup lives on its caller's stack).
+// The last waiter to return poisons the memory: a release that still read it
+// would find a lock word that is never free and spin (the bounded run fails)
+// or write into it (the poison check fails). The race it guards against is a
+// few instructions wide, so this catches a regression only sometimes; under
+// ASan (scripts/test.sh --sanitize=address,undefined) reliably more often.
+TEST(WaitGroupTest, DestroyedByAWaiterAsSoonAsWaitReturns) {
+  constexpr int kRounds = 3000;
+  constexpr int kWaiters = 3;
+  std::vector<std::unique_ptr<unsigned char[]>> graves;
+  RunBounded([&] {
+    goro::Chan<int> buried(1);
+    for (int round = 0; round < kRounds; ++round) {
+      graves.emplace_back(new unsigned char[sizeof(goro::WaitGroup)]);
+      unsigned char* mem = graves.back().get();
+      auto* wg = new (mem) goro::WaitGroup;
+      wg->Add(1);
+      auto left = std::make_shared<std::atomic<int>>(kWaiters);
+      for (int i = 0; i < kWaiters; ++i) {
+        goro::Go([wg, mem, left, buried]() mutable {
+          wg->Wait();
+          if (left->fetch_sub(1) == 1) {
+            wg->~WaitGroup();
+            memset(mem, 0xA5, sizeof(goro::WaitGroup));
+            buried.Send(1);
+          }
+        });
+      }
+      if (round % 2 == 0) goro::Yield();  // sometimes the waiters queue first
+      goro::Go([wg] { wg->Done(); });
+      buried.Recv();
+    }
+  });
+  for (auto& g : graves) {
+    for (size_t i = 0; i < sizeof(goro::WaitGroup); ++i) {
+      ASSERT_EQ(g[i], 0xA5) << "a destroyed WaitGroup was written to after Wait returned";
+    }
+  }
 }
 
 TEST(WaitGroupTest, PlainThreadWaitsForGoroutines) {
