@@ -658,6 +658,7 @@ void PrepareToRun(M* m, G* g, bool inherit) {
   if (g->stack.hi == 0) {
     g->stack = StackAlloc(p);
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
+    SanFiberCreate(&g->san, g->stack.lo, g->stack.hi);
   }
   // Any preemption request was for an earlier slice.
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
@@ -671,7 +672,9 @@ void PrepareToRun(M* m, G* g, bool inherit) {
 void Execute(M* m, G* g, bool inherit) {
   PrepareToRun(m, g, inherit);
   *m->eh = g->eh;  // the goroutine's exceptions in flight, on this thread
+  SanStartSwitch(&m->g0san, g->san, false);
   arch::SwitchContext(&m->g0ctx, &g->ctx);
+  SanFinishSwitch(&m->g0san);
   g->eh = *m->eh;  // before anyone can run g elsewhere (FinishSwitchOnG0)
   *m->eh = EhGlobals{};
   m->in_switch.store(false, std::memory_order_relaxed);
@@ -740,6 +743,8 @@ G* FinishSwitchOnG0(M* m) {
         m->locked_g = nullptr;
       }
       g->status.store(GStatus::kDead, std::memory_order_relaxed);
+      SanFiberDestroy(&g->san);
+      SanStackExited(reinterpret_cast<uintptr_t>(g->ctx.sp), g->stack.hi);
       StackFree(p, g->stack);
       g->stack = Stack{};
       g->status.store(GStatus::kIdle, std::memory_order_relaxed);
@@ -834,6 +839,7 @@ void* MStart(void* arg) {
   pthread_getcpuclockid(pthread_self(), &m->cpu_clock);
   m->eh = ThreadEhGlobals();
   MInitSignals(m);
+  SanInitThreadContext(&m->g0san);
   sigset_t none;
   sigemptyset(&none);
   pthread_sigmask(SIG_SETMASK, &none, nullptr);
@@ -857,6 +863,7 @@ void OnResumeG() {
 
 void GoroutineMain(void* arg) {
   G* g = static_cast<G*>(arg);
+  SanFinishSwitch(&g->san);
   OnResumeG();
   // Born with preemption off (see NewProc), so that nothing could interrupt
   // the switch that started it; user code may be preempted from here on.
@@ -877,6 +884,7 @@ void GoroutineMain(void* arg) {
   M* m = CurrentM();
   m->request = SwitchRequest::kExit;
   m->in_switch.store(true, std::memory_order_relaxed);
+  SanStartSwitch(&g->san, m->g0san, /*exiting=*/true);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
   Fatal("GoroutineMain: a dead goroutine was resumed");
 }
@@ -902,7 +910,9 @@ bool TryYieldDirect(M* m, G* g1) {
   m->pending_yield = g1;  // g2 queues g1 once g1's registers are saved
   g1->eh = *m->eh;
   *m->eh = g2->eh;
+  SanStartSwitch(&g1->san, g2->san, false);
   arch::SwitchContext(&g1->ctx, &g2->ctx);
+  SanFinishSwitch(&g1->san);
   OnResumeG();
   return true;
 }
@@ -912,7 +922,9 @@ bool TryYieldDirect(M* m, G* g1) {
 void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->request = req;
   m->in_switch.store(true, std::memory_order_relaxed);
+  SanStartSwitch(&g->san, m->g0san, false);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
+  SanFinishSwitch(&g->san);  // perhaps on another M
   OnResumeG();
 }
 
@@ -1245,9 +1257,10 @@ void EnsureStarted(const Options& opts) {
     WriteStderr("goro: this CPU has no usable XSAVE; async preemption is off\n");
     o.async_preemption = false;
   }
-#if defined(__SANITIZE_THREAD__)
-  o.async_preemption = false;  // TSan re-delivers signals late with a stale context
-#endif
+  // TSan defers a signal to its next interceptor or safe point and runs the
+  // handler there, with a context that no longer matches the interrupted
+  // code: an injected call would land anywhere. Cooperative preemption stays.
+  if (kTsanBuild) o.async_preemption = false;
   sched.async_preemption = o.async_preemption;
   sched.opts = o;
   StackInitGlobal(o.stack_size);

@@ -20,6 +20,7 @@
 #include "core/lock.h"
 #include "core/note.h"
 #include "core/runq.h"
+#include "core/sanitizer.h"
 #include "goro/runtime.h"
 
 namespace goro::internal {
@@ -140,6 +141,7 @@ struct alignas(64) G {
   int32_t lock_count = 0;  // LockOSThread nesting
   M* locked_m = nullptr;   // LockOSThread: the M this goroutine is wired to
   G* alllink = nullptr;    // sched.allgs: every G ever made (they are never freed)
+  [[no_unique_address]] FiberState san;  // sanitizer fiber state (core/sanitizer.h)
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
 static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");
@@ -190,6 +192,7 @@ struct M {
   std::atomic<bool> revoked{false};
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
+  [[no_unique_address]] FiberState g0san;  // g0's sanitizer fiber state
 };
 
 inline constexpr int kStackCacheSize = 64;
