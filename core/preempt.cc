@@ -121,7 +121,13 @@ NoPreemptScope::~NoPreemptScope() {
 extern "C" GORO_NO_SANITIZE_MEMORY
 int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   using Fn = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+  // Not a function-local static: TSan intercepts its guard.
+  static Fn real_fn;  // the same value whoever stores it
+  Fn real = __atomic_load_n(&real_fn, __ATOMIC_RELAXED);
+  if (real == nullptr) {
+    real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+    __atomic_store_n(&real_fn, real, __ATOMIC_RELAXED);
+  }
   void* g = nullptr;
   if (intptr_t off = goro::internal::goro_tls_g_offset; off != 0) asm volatile("movq %%fs:(%1), %0" : "=r"(g) : "r"(off));
   if (g == nullptr) return real(callback, data);
