@@ -684,7 +684,7 @@ void Execute(M* m, G* g, bool inherit) {
 // Returns a G to run at once (a park that did not commit), or nullptr.
 G* FinishSwitchOnG0(M* m) {
   G* g = m->curg;
-  m->curg = nullptr;
+  __atomic_store_n(&m->curg, nullptr, __ATOMIC_RELAXED);  // sysmon reads it racily
   tls_g = nullptr;
   SwitchRequest req = m->request;
   m->request = SwitchRequest::kNone;
