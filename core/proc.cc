@@ -675,7 +675,11 @@ void Execute(M* m, G* g, bool inherit) {
   SanStartSwitch(&m->g0san, g->san, false);
   arch::SwitchContext(&m->g0ctx, &g->ctx);
   SanFinishSwitch(&m->g0san);
-  g->eh = *m->eh;  // before anyone can run g elsewhere (FinishSwitchOnG0)
+  // The goroutine back on g0 is m->curg, not g: g may have yielded straight
+  // to another one (TryYieldDirect), which switched here, while g itself may
+  // now run on another M. Save its exception state before anyone can run it
+  // elsewhere (FinishSwitchOnG0).
+  m->curg->eh = *m->eh;
   *m->eh = EhGlobals{};
   m->in_switch.store(false, std::memory_order_relaxed);
 }
