@@ -161,8 +161,12 @@ namespace goro::internal {
 void InitCurrentM() {
   uintptr_t tp;
   asm volatile("movq %%fs:0, %0" : "=r"(tp));
-  goro_tls_m_offset = reinterpret_cast<intptr_t>(&tls_m) - static_cast<intptr_t>(tp);
-  goro_tls_g_offset = reinterpret_cast<intptr_t>(&tls_g) - static_cast<intptr_t>(tp);
+  intptr_t m_off = reinterpret_cast<intptr_t>(&tls_m) - static_cast<intptr_t>(tp);
+  intptr_t g_off = reinterpret_cast<intptr_t>(&tls_g) - static_cast<intptr_t>(tp);
+  // Set by this file's static initialiser; EnsureStarted calls again in case
+  // it runs first, and must not write while other threads read (a race).
+  if (goro_tls_m_offset != m_off) goro_tls_m_offset = m_off;
+  if (goro_tls_g_offset != g_off) goro_tls_g_offset = g_off;
 }
 
 namespace {
@@ -601,11 +605,11 @@ G* FindRunnable(M* m, bool* inherit) {
 void GoroutineMain(void* arg);
 
 G* GfreeGet(P* p) {
-  if (p->gfree == nullptr && sched.gfree != nullptr) {
+  if (p->gfree == nullptr && sched.gfree.load(std::memory_order_relaxed) != nullptr) {
     sched.gfree_lock.Lock();
-    while (p->gfree_n < 32 && sched.gfree != nullptr) {
-      G* g = sched.gfree;
-      sched.gfree = g->sched_link;
+    while (p->gfree_n < 32 && sched.gfree.load(std::memory_order_relaxed) != nullptr) {
+      G* g = sched.gfree.load(std::memory_order_relaxed);
+      sched.gfree.store(g->sched_link, std::memory_order_relaxed);
       sched.gfree_n--;
       g->sched_link = p->gfree;
       p->gfree = g;
@@ -635,8 +639,8 @@ void GfreePut(P* p, G* g) {
       G* x = p->gfree;
       p->gfree = x->sched_link;
       p->gfree_n--;
-      x->sched_link = sched.gfree;
-      sched.gfree = x;
+      x->sched_link = sched.gfree.load(std::memory_order_relaxed);
+      sched.gfree.store(x, std::memory_order_relaxed);
       sched.gfree_n++;
     }
     sched.gfree_lock.Unlock();

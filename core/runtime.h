@@ -287,7 +287,8 @@ struct Sched {
   std::atomic<int> external_awake{0};
   // Free Gs shared between Ps.
   SpinLock gfree_lock;
-  G* gfree = nullptr;  // guarded by gfree_lock
+  // Written under gfree_lock; GfreeGet peeks at it without (relaxed).
+  std::atomic<G*> gfree{nullptr};
   int gfree_n = 0;     // guarded by gfree_lock
 
   std::vector<P*> allp;  // fixed after start
