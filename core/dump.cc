@@ -62,7 +62,7 @@ const Unwinder& GetUnwinder() {
 // Writes "\t<function>+0x<offset>\n" lines for a parked goroutine, walked from
 // the registers its last switch saved. Calls out(line, length) per line.
 template <typename Out>
-void BacktraceParked(const G* g, Out out) {
+GORO_NO_SANITIZE_THREAD void BacktraceParked(const G* g, Out out) {
   const Unwinder& u = GetUnwinder();
   if (u.init_local == nullptr || g->stack.hi == 0 || g->ctx.sp == nullptr) return;
   auto* f = static_cast<const arch::SwitchFrame*>(g->ctx.sp);
@@ -139,7 +139,7 @@ size_t AppendDuration(char* buf, size_t n, size_t cap, int64_t ns) {
 }
 
 // Formats one goroutine's line; returns its length (0: not shown).
-size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
+GORO_NO_SANITIZE_THREAD size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
   GStatus st = g->status.load(std::memory_order_relaxed);
   const char* name = StateName(st);
   if (name == nullptr) return 0;
@@ -166,8 +166,9 @@ size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
 // stack is walked unless something readies it meanwhile; a runnable one may
 // be picked up by another thread at any moment, so it is walked only when
 // the process is about to exit anyway (walk_runnable, the SIGQUIT path).
+// Reads goroutine records racily (see the top of this file): not for TSan.
 template <typename Out>
-void DumpAll(Out out, bool walk_runnable) {
+GORO_NO_SANITIZE_THREAD void DumpAll(Out out, bool walk_runnable) {
   int64_t now = Nanotime();
   for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
     char line[160];

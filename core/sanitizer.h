@@ -47,6 +47,10 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+// For code that reads other threads' records racily on purpose (the SIGQUIT
+// dump): TSan does not instrument its memory accesses.
+#define GORO_NO_SANITIZE_THREAD __attribute__((no_sanitize("thread")))
+
 namespace goro::internal {
 
 // Built with ThreadSanitizer: async preemption is off (see EnsureStarted).
