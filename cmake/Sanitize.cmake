@@ -29,6 +29,11 @@ if(GORO_SANITIZE)
                         "cannot be combined (use address,undefined or thread)")
   endif()
   list(REMOVE_DUPLICATES _goro_san_flags)
+  if("thread" IN_LIST _goro_san_list)
+    # Debian's Abseil is not built with TSan: tell TSan about its Mutex.
+    target_sources(goro PRIVATE core/tsan_absl.cc)
+    target_link_libraries(goro PRIVATE ${CMAKE_DL_LIBS})
+  endif()
   target_compile_options(goro PUBLIC
     "$<$<COMPILE_LANGUAGE:C,CXX>:${_goro_san_flags};-fno-omit-frame-pointer>")
   target_link_options(goro PUBLIC ${_goro_san_flags})
