@@ -74,12 +74,15 @@ void AddTimer(Timer* t) {
   P* p = m != nullptr && m->p != nullptr ? m->p : sched.allp[FastRandN(sched.nprocs)];
   if (t->when <= 0) t->when = 1;  // 0 means "no timer" in timer0_when
   t->p = p;
+  const int64_t when = t->when;
   p->timers_lock.Lock();
   p->timers.push_back(t);
   SiftUp(p->timers, p->timers.size() - 1);
   UpdateTimer0(p);
   p->timers_lock.Unlock();
-  WakeForTimer(t->when);
+  // Not t->when: once the lock is released the timer may fire on another M
+  // and its owner go on (a sleeping goroutine's Timer lives on its stack).
+  WakeForTimer(when);
 }
 
 bool DelTimer(Timer* t) {
