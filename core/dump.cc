@@ -142,7 +142,7 @@ constexpr int kMaxFrames = 64;
 // A parked goroutine's backtrace, walked from the registers its last switch
 // saved.
 template <typename Out>
-void BacktraceParked(const G* g, Out out) {
+GORO_NO_SANITIZE_THREAD void BacktraceParked(const G* g, Out out) {
   const Unwinder& u = GetUnwinder();
   if (u.init_local == nullptr || g->stack.hi == 0 || g->ctx.sp == nullptr) return;
   auto* f = static_cast<const arch::SwitchFrame*>(g->ctx.sp);
@@ -226,7 +226,7 @@ size_t AppendDuration(char* buf, size_t n, size_t cap, int64_t ns) {
 }
 
 // Formats one goroutine's line; returns its length (0: not shown).
-size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
+GORO_NO_SANITIZE_THREAD size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
   GStatus st = g->status.load(std::memory_order_relaxed);
   const char* name = StateName(st);
   if (name == nullptr) return 0;
@@ -302,8 +302,9 @@ void AskThreadForBacktrace(M* m, int fd) {
 // `mode` allows, through out(chars, length). A waiting goroutine stays put
 // while its stack is walked unless something readies it meanwhile.
 // uctx: the signal context of the calling thread (kSigquit), or nullptr.
+// Reads goroutine records racily (see the top of this file): not for TSan.
 template <typename Out>
-void DumpAll(Out out, DumpMode mode, void* uctx = nullptr, int fd = -1) {
+GORO_NO_SANITIZE_THREAD void DumpAll(Out out, DumpMode mode, void* uctx = nullptr, int fd = -1) {
   int64_t now = Nanotime();
   M* self = CurrentM();
   G* self_g = CurrentGoroutine();

@@ -113,9 +113,24 @@ NoPreemptScope::~NoPreemptScope() {
 // loader's lock; a goroutine interrupted in the callback would park with that
 // lock held and might resume on another thread, which cannot release it. goro
 // interposes the function and runs the whole walk with preemption deferred.
-extern "C" int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
+// ASan's and TSan's runtimes call it while they initialise, before their
+// shadow memory exists, so it is not instrumented (nor is anything it calls
+// then: CurrentGoroutine is inlined by hand, since the compiler will not
+// inline instrumented code here) and leaves plain threads alone.
+#define GORO_NO_SANITIZE_MEMORY __attribute__((no_sanitize("address", "thread")))
+extern "C" GORO_NO_SANITIZE_MEMORY
+int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   using Fn = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+  // Not a function-local static: TSan intercepts its guard.
+  static Fn real_fn;  // the same value whoever stores it
+  Fn real = __atomic_load_n(&real_fn, __ATOMIC_RELAXED);
+  if (real == nullptr) {
+    real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+    __atomic_store_n(&real_fn, real, __ATOMIC_RELAXED);
+  }
+  void* g = nullptr;
+  if (intptr_t off = goro::internal::goro_tls_g_offset; off != 0) asm volatile("movq %%fs:(%1), %0" : "=r"(g) : "r"(off));
+  if (g == nullptr) return real(callback, data);
   goro::NoPreemptScope no_preempt;
   return real(callback, data);
 }

@@ -164,8 +164,12 @@ namespace goro::internal {
 void InitCurrentM() {
   uintptr_t tp;
   asm volatile("movq %%fs:0, %0" : "=r"(tp));
-  goro_tls_m_offset = reinterpret_cast<intptr_t>(&tls_m) - static_cast<intptr_t>(tp);
-  goro_tls_g_offset = reinterpret_cast<intptr_t>(&tls_g) - static_cast<intptr_t>(tp);
+  intptr_t m_off = reinterpret_cast<intptr_t>(&tls_m) - static_cast<intptr_t>(tp);
+  intptr_t g_off = reinterpret_cast<intptr_t>(&tls_g) - static_cast<intptr_t>(tp);
+  // Set by this file's static initialiser; EnsureStarted calls again in case
+  // it runs first, and must not write while other threads read (a race).
+  if (goro_tls_m_offset != m_off) goro_tls_m_offset = m_off;
+  if (goro_tls_g_offset != g_off) goro_tls_g_offset = g_off;
 }
 
 namespace {
@@ -620,11 +624,11 @@ G* FindRunnable(M* m, bool* inherit) {
 void GoroutineMain(void* arg);
 
 G* GfreeGet(P* p) {
-  if (p->gfree == nullptr && sched.gfree != nullptr) {
+  if (p->gfree == nullptr && sched.gfree.load(std::memory_order_relaxed) != nullptr) {
     sched.gfree_lock.Lock();
-    while (p->gfree_n < 32 && sched.gfree != nullptr) {
-      G* g = sched.gfree;
-      sched.gfree = g->sched_link;
+    while (p->gfree_n < 32 && sched.gfree.load(std::memory_order_relaxed) != nullptr) {
+      G* g = sched.gfree.load(std::memory_order_relaxed);
+      sched.gfree.store(g->sched_link, std::memory_order_relaxed);
       sched.gfree_n--;
       g->sched_link = p->gfree;
       p->gfree = g;
@@ -670,8 +674,8 @@ void GfreePut(P* p, G* g) {
       G* x = p->gfree;
       p->gfree = x->sched_link;
       p->gfree_n--;
-      x->sched_link = sched.gfree;
-      sched.gfree = x;
+      x->sched_link = sched.gfree.load(std::memory_order_relaxed);
+      sched.gfree.store(x, std::memory_order_relaxed);
       sched.gfree_n++;
     }
     sched.gfree_lock.Unlock();
@@ -693,6 +697,7 @@ void PrepareToRun(M* m, G* g, bool inherit) {
   if (g->stack.hi == 0) {
     g->stack = StackAlloc(p, g->id);
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
+    SanFiberCreate(&g->san, g->stack.lo, g->stack.hi);
   }
   // Any preemption request was for an earlier slice.
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
@@ -707,8 +712,14 @@ void PrepareToRun(M* m, G* g, bool inherit) {
 void Execute(M* m, G* g, bool inherit) {
   PrepareToRun(m, g, inherit);
   *m->eh = g->eh;  // the goroutine's exceptions in flight, on this thread
+  SanStartSwitch(&m->g0san, g->san, false);
   arch::SwitchContext(&m->g0ctx, &g->ctx);
-  g->eh = *m->eh;  // before anyone can run g elsewhere (FinishSwitchOnG0)
+  SanFinishSwitch(&m->g0san);
+  // The goroutine back on g0 is m->curg, not g: g may have yielded straight
+  // to another one (TryYieldDirect), which switched here, while g itself may
+  // now run on another M. Save its exception state before anyone can run it
+  // elsewhere (FinishSwitchOnG0).
+  m->curg->eh = *m->eh;
   *m->eh = EhGlobals{};
   m->in_switch.store(false, std::memory_order_relaxed);
 }
@@ -717,7 +728,7 @@ void Execute(M* m, G* g, bool inherit) {
 // Returns a G to run at once (a park that did not commit), or nullptr.
 G* FinishSwitchOnG0(M* m) {
   G* g = m->curg;
-  m->curg = nullptr;
+  __atomic_store_n(&m->curg, nullptr, __ATOMIC_RELAXED);  // sysmon reads it racily
   tls_g = nullptr;
   SwitchRequest req = m->request;
   m->request = SwitchRequest::kNone;
@@ -778,6 +789,8 @@ G* FinishSwitchOnG0(M* m) {
         m->locked_g = nullptr;
       }
       g->status.store(GStatus::kDead, std::memory_order_relaxed);
+      SanFiberDestroy(&g->san);
+      SanStackExited(reinterpret_cast<uintptr_t>(g->ctx.sp), g->stack.hi);
       StackFree(p, g->stack);
       g->stack = Stack{};
       g->status.store(GStatus::kIdle, std::memory_order_relaxed);
@@ -872,6 +885,7 @@ void* MStart(void* arg) {
   pthread_getcpuclockid(pthread_self(), &m->cpu_clock);
   m->eh = ThreadEhGlobals();
   MInitSignals(m);
+  SanInitThreadContext(&m->g0san);
   sigset_t none;
   sigemptyset(&none);
   pthread_sigmask(SIG_SETMASK, &none, nullptr);
@@ -924,6 +938,7 @@ std::terminate_handler previous_terminate = nullptr;
 
 void GoroutineMain(void* arg) {
   G* g = static_cast<G*>(arg);
+  SanFinishSwitch(&g->san);
   OnResumeG();
   // Born with preemption off (see NewProc), so that nothing could interrupt
   // the switch that started it; user code may be preempted from here on.
@@ -943,6 +958,7 @@ void GoroutineMain(void* arg) {
   trace::GoEnd(m->p, g);
   m->request = SwitchRequest::kExit;
   m->in_switch.store(true, std::memory_order_relaxed);
+  SanStartSwitch(&g->san, m->g0san, /*exiting=*/true);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
   Fatal("GoroutineMain: a dead goroutine was resumed");
 }
@@ -968,7 +984,9 @@ bool TryYieldDirect(M* m, G* g1) {
   m->pending_yield = g1;  // g2 queues g1 once g1's registers are saved
   g1->eh = *m->eh;
   *m->eh = g2->eh;
+  SanStartSwitch(&g1->san, g2->san, false);
   arch::SwitchContext(&g1->ctx, &g2->ctx);
+  SanFinishSwitch(&g1->san);
   OnResumeG();
   return true;
 }
@@ -978,7 +996,9 @@ bool TryYieldDirect(M* m, G* g1) {
 void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->request = req;
   m->in_switch.store(true, std::memory_order_relaxed);
+  SanStartSwitch(&g->san, m->g0san, false);
   arch::SwitchContext(&g->ctx, &m->g0ctx);
+  SanFinishSwitch(&g->san);  // perhaps on another M
   OnResumeG();
 }
 
@@ -1339,9 +1359,10 @@ void EnsureStarted(const Options& opts) {
     WriteStderr("goro: this CPU has no usable XSAVE; async preemption is off\n");
     o.async_preemption = false;
   }
-#if defined(__SANITIZE_THREAD__)
-  o.async_preemption = false;  // TSan re-delivers signals late with a stale context
-#endif
+  // TSan defers a signal to its next interceptor or safe point and runs the
+  // handler there, with a context that no longer matches the interrupted
+  // code: an injected call would land anywhere. Cooperative preemption stays.
+  if (kTsanBuild) o.async_preemption = false;
   sched.async_preemption = o.async_preemption;
   sched.opts = o;
   StackInitGlobal(o.stack_size);

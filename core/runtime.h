@@ -20,6 +20,7 @@
 #include "core/lock.h"
 #include "core/note.h"
 #include "core/runq.h"
+#include "core/sanitizer.h"
 #include "goro/runtime.h"
 
 namespace goro::internal {
@@ -143,6 +144,7 @@ struct alignas(64) G {
   // The trace's flow id of the unblock that made it runnable (core/trace.cc):
   // set by the unblocker, taken by the start that follows.
   uint64_t trace_flow = 0;
+  [[no_unique_address]] FiberState san;  // sanitizer fiber state (core/sanitizer.h)
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
 static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");
@@ -194,6 +196,7 @@ struct M {
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
   M* alllink = nullptr;  // sched.allm: every M ever made (they never exit)
+  [[no_unique_address]] FiberState g0san;  // g0's sanitizer fiber state
 };
 
 inline constexpr int kStackCacheSize = 64;
@@ -288,7 +291,8 @@ struct Sched {
   std::atomic<int> external_awake{0};
   // Free Gs shared between Ps.
   SpinLock gfree_lock;
-  G* gfree = nullptr;  // guarded by gfree_lock
+  // Written under gfree_lock; GfreeGet peeks at it without (relaxed).
+  std::atomic<G*> gfree{nullptr};
   int gfree_n = 0;     // guarded by gfree_lock
 
   std::vector<P*> allp;  // fixed after start

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/sanitizer.h"
 #include "goro/runtime.h"
 
 namespace goro::internal {
@@ -58,7 +59,8 @@ T Racy(const T& field) {
 
 }  // namespace
 
-void PrintSchedTrace(int64_t now, bool detail) {
+// Reads other threads' fields racily by design: not for TSan.
+GORO_NO_SANITIZE_THREAD void PrintSchedTrace(int64_t now, bool detail) {
   int mcount, nmidle, nmlocked, runq;
   std::vector<M*> idle_ms;
   {

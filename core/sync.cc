@@ -74,7 +74,9 @@ constexpr int64_t kStarvationNs = 1000000;
 // if this P has nothing else to run: otherwise spinning delays the holder.
 bool CanSpin(int iter) {
   using internal::sched;
-  if (iter >= 4 || sched.nprocs <= 1) return false;
+  // A plain thread may lock a Mutex while another starts the runtime: read
+  // nprocs only once it has been published.
+  if (iter >= 4 || !sched.started.load(std::memory_order_acquire) || sched.nprocs <= 1) return false;
   if (sched.nprocs <= sched.npidle.load(std::memory_order_relaxed) +
                           sched.nmspinning.load(std::memory_order_relaxed) + 1) {
     return false;

@@ -246,14 +246,17 @@ enum class Plan {
 }
 
 TEST(LockOSThreadTest, LockedGoroutineKeepsItsThreadAndHasItAlone) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_EXIT(LockChild(Plan::kSingle), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(LockOSThreadTest, NestedLocksNeedAsManyUnlocks) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_EXIT(LockChild(Plan::kNested), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(LockOSThreadTest, UnlockWithoutLockIsANoOp) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_EXIT(LockChild(Plan::kUnlockFirst), ::testing::ExitedWithCode(0), "");
 }
 

@@ -165,6 +165,7 @@ bool WaitUntil(const std::function<bool()>& cond, absl::Duration limit) {
 }
 
 TEST(PreemptSafetyTest, AsmLoopWithoutCallsIsPreemptedOnOneProc) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(AsmLoopOnOneProcChild(true));
 }
 
@@ -251,7 +252,10 @@ TEST(PreemptSafetyTest, AsmLoopStarvesOthersWithAsyncPreemptionOff) {
   ExitChild();
 }
 
-TEST(PreemptSafetyTest, GoroutineIdIsNeverSplitByPreemption) { EXPECT_CHILD_OK(GoroutineIdChild()); }
+TEST(PreemptSafetyTest, GoroutineIdIsNeverSplitByPreemption) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(GoroutineIdChild());
+}
 
 // ---------------------------------------------------------------------------
 // C++ exceptions, thrown 40 frames deep and caught, under heavy async
@@ -373,7 +377,10 @@ __attribute__((noinline)) uint64_t Dive(int depth, int64_t gid, uint64_t iter, u
   ExitChild();
 }
 
-TEST(PreemptSafetyTest, ExceptionsUnderHeavyAsyncPreemption) { EXPECT_CHILD_OK(ExceptionsChild()); }
+TEST(PreemptSafetyTest, ExceptionsUnderHeavyAsyncPreemption) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(ExceptionsChild());
+}
 
 // The C++ runtime keeps the state of exception handling per thread
 // (libstdc++'s __cxa_eh_globals: the stack of caught exceptions and the
@@ -479,7 +486,10 @@ TEST(PreemptSafetyTest, ExceptionsUnderHeavyAsyncPreemption) { EXPECT_CHILD_OK(E
   ExitChild();
 }
 
-TEST(PreemptSafetyTest, ExceptionStateTravelsWithTheGoroutine) { EXPECT_CHILD_OK(CatchBlockMovesChild()); }
+TEST(PreemptSafetyTest, ExceptionStateTravelsWithTheGoroutine) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(CatchBlockMovesChild());
+}
 
 // ---------------------------------------------------------------------------
 // malloc/free, std::string/std::vector churn and dl_iterate_phdr loops
@@ -645,10 +655,12 @@ uint64_t PhdrChurn(absl::Duration d, uint64_t want_objects, uint64_t* rounds) {
 }
 
 TEST(PreemptSafetyTest, MallocContainersAndDlIteratePhdrUnderPreemptionOneProc) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(LibraryChurnChild(1));
 }
 
 TEST(PreemptSafetyTest, MallocContainersAndDlIteratePhdrUnderPreemptionTwoProcs) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(LibraryChurnChild(2));
 }
 
@@ -771,6 +783,7 @@ int Tgkill(int64_t tid, int sig) { return static_cast<int>(syscall(SYS_tgkill, g
 }
 
 TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerAndNeverPreempts) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(ForeignSigurgChild());
 }
 
@@ -821,6 +834,7 @@ TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerAndNeverPreempts) {
 }
 
 TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerWhilePreempting) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(ForeignSigurgWhilePreemptingChild());
 }
 
@@ -882,6 +896,7 @@ TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerWhilePreempting) {
 }
 
 TEST(PreemptSafetyTest, PreemptSignalSigusr2PreemptsAndLeavesSigurgAlone) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(PreemptSignalChild());
 }
 
@@ -1010,7 +1025,10 @@ SigState PosixSpawnStatus() {
   ExitChild();
 }
 
-TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) { EXPECT_CHILD_OK(ForkExecChild()); }
+TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(ForkExecChild());
+}
 
 // ---------------------------------------------------------------------------
 // Flags and the red zone survive thousands of preemptions.
@@ -1061,10 +1079,12 @@ TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) { EXPECT_CHIL
 }
 
 TEST(PreemptSafetyTest, DirectionFlagSurvivesPreemption) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(LeafLoopChild(goro_test_spin_with_df, "DF"));
 }
 
 TEST(PreemptSafetyTest, RedZoneSurvivesPreemption) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(LeafLoopChild(goro_test_spin_red_zone, "red zone"));
 }
 
@@ -1142,6 +1162,7 @@ TEST(PreemptSafetyTest, RedZoneSurvivesPreemption) {
 }
 
 TEST(PreemptSafetyTest, NoPreemptScopeDefersAsyncPreemptionUntilItEnds) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(NoPreemptScopeChild());
 }
 
@@ -1202,6 +1223,9 @@ TEST(PreemptSafetyTest, NoPreemptScopeDefersAsyncPreemptionUntilItEnds) {
   ExitChild();
 }
 
-TEST(PreemptSafetyTest, ExcludeFromPreemptionKeepsAnAsmLoopRunning) { EXPECT_CHILD_OK(ExcludeChild()); }
+TEST(PreemptSafetyTest, ExcludeFromPreemptionKeepsAnAsmLoopRunning) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(ExcludeChild());
+}
 
 }  // namespace

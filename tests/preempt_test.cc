@@ -87,6 +87,7 @@ goro::Options TwoProcs(bool async) {
 }
 
 TEST(PreemptTest, TightLoopWithoutCallsIsPreemptedAsynchronously) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_EXIT(HogScenarioInChild(TwoProcs(true), HogUntil, 2, /*expect_stop=*/true, absl::Seconds(30)),
               ::testing::ExitedWithCode(0), "");
 }
@@ -116,6 +117,7 @@ TEST(PreemptTest, GorodebugAsyncPreemptOffStarvesATightLoop) {
 
 // In the binary's own runtime (async on): more hogs than Ps, all finish.
 TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   RunBounded([] {
     constexpr int kHogs = 4;
     std::atomic<bool> stop{false};
@@ -264,6 +266,7 @@ void ComputeChains(uint64_t iters, uint64_t seed, bool avx2, bool avx512, Chains
 }
 
 TEST(PreemptTest, RegistersSurviveThousandsOfPreemptions) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
   const bool avx2 = __builtin_cpu_supports("avx2");
   const bool avx512 = __builtin_cpu_supports("avx512f");
   EXPECT_EXIT(RegistersChild(avx2, avx512), ::testing::ExitedWithCode(0), "");

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -462,6 +463,44 @@ TEST(UnwindTest, ExceptionCaughtInsideAGoroutineAcrossManyFrames) {
     wg.Wait();
     EXPECT_EQ(caught.load(), kGoroutines);
     EXPECT_EQ(destroyed.load(), kGoroutines * (kDepth + 1)) << "a frame's destructor did not run";
+  });
+}
+
+// Yield's direct switch (TryYieldDirect) hands the thread from one goroutine
+// to another without g0; when the second one later switches to g0, g0 must
+// save the exception state into *that* goroutine, not into the one it had
+// started. Goroutines inside a catch block yield beside goroutines outside
+// any: an outsider that finds a current exception got an insider's state.
+// Found by ThreadSanitizer (a race on G::eh); failed every run before.
+TEST(UnwindTest, ExceptionStateSurvivesDirectYields) {
+  RunBounded([] {
+    constexpr int kPairs = 4, kRounds = 3000;
+    std::atomic<int> outsider_saw_exception{0}, insider_lost_it{0};
+    goro::WaitGroup wg;
+    wg.Add(2 * kPairs);
+    for (int i = 0; i < kPairs; ++i) {
+      goro::Go([&] {
+        try {
+          throw std::runtime_error("inside");
+        } catch (const std::runtime_error&) {
+          for (int r = 0; r < kRounds; ++r) {
+            goro::Yield();
+            if (std::current_exception() == nullptr) ++insider_lost_it;
+          }
+        }
+        wg.Done();
+      });
+      goro::Go([&] {
+        for (int r = 0; r < kRounds; ++r) {
+          goro::Yield();
+          if (std::current_exception() != nullptr) ++outsider_saw_exception;
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(outsider_saw_exception.load(), 0) << "a goroutine outside any catch block had a current exception";
+    EXPECT_EQ(insider_lost_it.load(), 0) << "a goroutine inside a catch block lost its exception";
   });
 }
 

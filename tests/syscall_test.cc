@@ -369,9 +369,15 @@ enum class CallKind { kNanosleep, kPoll, kEpoll };
   ExitChild();
 }
 
-TEST(SyscallTest, MarkedCallsSeeNoEintrBesideHogs) { EXPECT_CHILD_OK(NoEintrChild(true)); }
+TEST(SyscallTest, MarkedCallsSeeNoEintrBesideHogs) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(NoEintrChild(true));
+}
 
-TEST(SyscallTest, UnmarkedCallsSeeNoEintrBesideHogs) { EXPECT_CHILD_OK(NoEintrChild(false)); }
+TEST(SyscallTest, UnmarkedCallsSeeNoEintrBesideHogs) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(NoEintrChild(false));
+}
 
 // ---------------------------------------------------------------------------
 // SyscallScope off a goroutine does nothing; errno survives Syscall.

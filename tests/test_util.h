@@ -35,6 +35,27 @@ inline std::atomic<int> child_failures{0};
     }                                                                          \
   } while (0)
 
+// Sanitizer builds (docs/sanitizers.md). Under ThreadSanitizer goro runs with
+// async preemption off, so tests of the signal path skip there.
+#if defined(__SANITIZE_THREAD__)
+#define GORO_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GORO_TEST_TSAN 1
+#endif
+#endif
+#if defined(GORO_TEST_TSAN)
+inline constexpr bool kTsanBuild = true;
+#else
+inline constexpr bool kTsanBuild = false;
+#endif
+#define SKIP_WITHOUT_ASYNC_PREEMPTION()                                                      \
+  do {                                                                                       \
+    if (::goro_test::kTsanBuild) {                                                           \
+      GTEST_SKIP() << "ThreadSanitizer build: async preemption is off (docs/sanitizers.md)"; \
+    }                                                                                        \
+  } while (0)
+
 // For printing uint64_t with %llu.
 inline unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
 

@@ -27,7 +27,8 @@ struct Options {
   // GORODEBUG=timeslice=DURATION overrides it.
   absl::Duration time_slice = absl::Milliseconds(10);
   // Whether a goroutine that never reaches a safe point is interrupted by a
-  // signal. GORODEBUG=asyncpreemptoff=1 turns it off.
+  // signal. GORODEBUG=asyncpreemptoff=1 turns it off. Always off in a
+  // ThreadSanitizer build (docs/sanitizers.md).
   bool async_preemption = true;
   // Address space reserved for each goroutine's stack. Pages are committed as
   // they are touched; a guard page below the stack catches overflow.
