@@ -49,6 +49,27 @@ inline constexpr bool kTsanBuild = true;
 #else
 inline constexpr bool kTsanBuild = false;
 #endif
+#if defined(__SANITIZE_ADDRESS__) || defined(GORO_TEST_TSAN)
+#define GORO_TEST_SANITIZED_MEMORY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GORO_TEST_SANITIZED_MEMORY 1
+#endif
+#endif
+// ASan and TSan map shadow memory and keep freed blocks in quarantine: tests
+// of address-space limits and of memory that must come back skip there.
+#if defined(GORO_TEST_SANITIZED_MEMORY)
+inline constexpr bool kSanitizedMemory = true;
+#else
+inline constexpr bool kSanitizedMemory = false;
+#endif
+#define SKIP_UNDER_MEMORY_SANITIZER(what)                                                       \
+  do {                                                                                         \
+    if (::goro_test::kSanitizedMemory) {                                                       \
+      GTEST_SKIP() << "ASan/TSan build: its shadow memory and quarantine make " what            \
+                   << " meaningless (docs/sanitizers.md)";                                     \
+    }                                                                                          \
+  } while (0)
 #define SKIP_WITHOUT_ASYNC_PREEMPTION()                                                      \
   do {                                                                                       \
     if (::goro_test::kTsanBuild) {                                                           \
