@@ -51,10 +51,11 @@ const char* GStatusName(GStatus s) {
   return "?";
 }
 
-// Fields the owning thread writes plainly; a trace reads them as they are.
+// Fields the owning thread writes plainly; a trace reads them as they are
+// (one load each, which the compiler may not repeat or tear).
 template <typename T>
 T Racy(const T& field) {
-  return __atomic_load_n(&field, __ATOMIC_RELAXED);
+  return *static_cast<const volatile T*>(&field);
 }
 
 }  // namespace
