@@ -435,8 +435,9 @@ void WakeSysmon();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
 // Asks the goroutine running on p to yield, if p is still in the slice
-// numbered `tick`; true if one was asked.
-bool PreemptOne(P* p, uint32_t tick);
+// numbered `tick`; true if one was asked. cpu_ns/cpu_wall: a reading of its
+// thread's CPU clock taken moments ago, if sysmon has one (-1: none).
+bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns = -1, int64_t cpu_wall = 0);
 // Whether async preemption may stop code at pc (core/preempt.cc).
 bool PreemptiblePc(uintptr_t pc);
 void InitPreemptibleRanges();

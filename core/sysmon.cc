@@ -63,7 +63,14 @@ void CalibrateTsc() {
   ns_per_tick = c1 > c0 ? static_cast<double>(t1 - t0) / static_cast<double>(c1 - c0) : 1.0;
 }
 
+// A thread's CPU clock and the wall time it was read at.
+struct CpuReading {
+  int64_t cpu = -1;  // -1: none
+  int64_t wall = 0;
+};
+
 struct PState {
+  CpuReading fresh;  // SampleCpu's latest reading, whatever the slice
   uint32_t tick = 0;
   uint64_t start_tsc = 0;
   // The last sample of the M's CPU time, and the slice it was taken in.
@@ -107,20 +114,14 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
   timespec ts;
   if (clock_gettime(m->cpu_clock, &ts) != 0) return Verdict::kUnknown;
   int64_t cpu = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  s.fresh = CpuReading{cpu, Nanotime()};
   Verdict v = Verdict::kUnknown;
   int64_t dw = now - s.cpu_wall;
   if (s.cpu_valid && s.cpu_tick == tick && dw >= 20 * 1000) {
-    if ((cpu - s.cpu_ns) * 8 < dw) {
-      v = Verdict::kBlocked;
-    } else if (dw <= 200 * 1000 || !AsleepInKernel(m->tid)) {
-      // Only a recent interval shows the thread is on a CPU *now*: one that
-      // ran most of a long interval may just have entered a blocking call,
-      // and a signal then would interrupt it. When sysmon itself ran late,
-      // ask the kernel instead.
-      v = Verdict::kRunning;
-    } else {
-      v = Verdict::kBlocked;
-    }
+    // Ran most of the interval: running. It may have entered a blocking call
+    // since; whoever acts on kRunning with a signal checks that it is still
+    // on a CPU right before (StillOnCpu).
+    v = (cpu - s.cpu_ns) * 8 < dw ? Verdict::kBlocked : Verdict::kRunning;
   }
   if (!(s.cpu_valid && s.cpu_tick == tick && now - s.cpu_wall < 20 * 1000)) {
     s.cpu_valid = true;
@@ -134,8 +135,10 @@ constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
 // Sends the preemption signal to m, whose signal_pending the caller has set;
 // clears it again if the signal could not be sent (one in flight per M).
+pid_t process_id = 0;  // getpid() is a system call: asked once, by SysmonMain
+
 void SendPreemptSignal(M* m) {
-  if (::syscall(SYS_tgkill, getpid(), m->tid, sched.preempt_signal) == 0) {
+  if (::syscall(SYS_tgkill, process_id, m->tid, sched.preempt_signal) == 0) {
     sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
   } else {
     m->signal_pending.store(false, std::memory_order_relaxed);
@@ -147,11 +150,16 @@ void SendPreemptSignal(M* m) {
 // the window in which a thread that just entered a blocking call (after the
 // last sample showed it running) would be interrupted with EINTR; it cannot
 // close it, which is why blocking calls should be marked (goro::Syscall).
-bool StillOnCpu(M* m) {
+// `last` is a reading of the clock taken moments ago (by SampleCpu), which
+// saves one system call and part of the wait; without one, it reads twice.
+bool StillOnCpu(M* m, CpuReading last) {
   timespec ts;
-  if (clock_gettime(m->cpu_clock, &ts) != 0) return true;
-  int64_t c1 = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-  int64_t until = Nanotime() + 3000;
+  if (last.cpu < 0 || Nanotime() - last.wall > 50 * 1000) {
+    if (clock_gettime(m->cpu_clock, &ts) != 0) return true;
+    last = CpuReading{int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec, Nanotime()};
+  }
+  int64_t c1 = last.cpu;
+  int64_t until = last.wall + 3000;
   while (Nanotime() < until) arch::CpuRelax();
   if (clock_gettime(m->cpu_clock, &ts) != 0) return true;
   int64_t c2 = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
@@ -167,6 +175,7 @@ void SysmonLoop() {
   prctl(PR_SET_NAME, "goro-sysmon");
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
+  process_id = getpid();
   std::vector<PState> ps(sched.nprocs);
   struct RevokedM {
     M* m;
@@ -276,10 +285,10 @@ void SysmonLoop() {
       // Is the thread running, or asleep in the kernel (an unmarked blocking
       // call)? Compare its CPU time over an interval of this same slice. A
       // thread is never signalled without a sample showing it on a CPU.
+      // The first look at a slice samples too when goroutines wait, so that
+      // its end finds a verdict ready instead of needing a second look.
       Verdict v = Verdict::kUnknown;
-      if (g != nullptr && (same_slice || ran >= slice) && (work || ran >= slice / 2)) {
-        v = SampleCpu(ps[i], m, tick, now);
-      }
+      if (g != nullptr && (work || ran >= slice / 2)) v = SampleCpu(ps[i], m, tick, now);
       bool asleep = false;
       if (v == Verdict::kBlocked) {
         if (g->preempt_off.load(std::memory_order_relaxed) != 0 || m->in_switch.load(std::memory_order_relaxed)) {
@@ -303,7 +312,7 @@ void SysmonLoop() {
       }
       if (ran >= slice) {
         if (v == Verdict::kRunning) {
-          if (PreemptOne(p, tick)) asked = true;
+          if (PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) asked = true;
         } else if (v == Verdict::kUnknown) {
           until_expiry = std::min(until_expiry, kSysmonRecheckNs);  // sample again soon
         }
@@ -324,7 +333,7 @@ void SysmonLoop() {
         continue;
       }
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
-      if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m)) {
+      if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
         if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) SendPreemptSignal(r.m);
       }
@@ -357,7 +366,7 @@ void* SysmonMain(void*) {
 
 }  // namespace
 
-bool PreemptOne(P* p, uint32_t tick) {
+bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
   M* m = p->m.load(std::memory_order_acquire);
   if (m == nullptr) return false;
   G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
@@ -372,7 +381,8 @@ bool PreemptOne(P* p, uint32_t tick) {
     // Never signal an M entering a blocking region: EnterSyscall publishes
     // kSyscall and then waits out signal_pending; we publish signal_pending
     // and then look at the status. One of us sees the other.
-    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning || !StillOnCpu(m)) {
+    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning ||
+        !StillOnCpu(m, CpuReading{cpu_ns, cpu_wall})) {
       m->signal_pending.store(false, std::memory_order_release);
       return true;
     }
