@@ -126,10 +126,12 @@ void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, O
       u.get_reg(cur, UNW_REG_IP, &ip);
       Dl_info info;
       if (dladdr(reinterpret_cast<void*>(ip), &info) != 0 && info.dli_fname != nullptr) {
-        n = static_cast<size_t>(snprintf(line, sizeof line, "\t?? (%.300s+0x%lx)\n", info.dli_fname,
-                                         static_cast<unsigned long>(ip - reinterpret_cast<uintptr_t>(info.dli_fbase))));
+        auto off_in_object = static_cast<unsigned long>(ip - reinterpret_cast<uintptr_t>(info.dli_fbase));
+        n = static_cast<size_t>(
+            snprintf(line, sizeof line, "\t?? (%.300s+0x%lx)\n", info.dli_fname, off_in_object));
       } else {
-        n = static_cast<size_t>(snprintf(line, sizeof line, "\t?? (pc 0x%lx)\n", static_cast<unsigned long>(ip)));
+        n = static_cast<size_t>(
+            snprintf(line, sizeof line, "\t?? (pc 0x%lx)\n", static_cast<unsigned long>(ip)));
       }
     }
     out(line, std::min(n, sizeof line - 1));
@@ -209,16 +211,6 @@ size_t AppendInt(char* buf, size_t n, size_t cap, int64_t v) {
   return n;
 }
 
-const char* StateName(GStatus s) {
-  switch (s) {
-    case GStatus::kRunnable: return "runnable";
-    case GStatus::kRunning: return "running";
-    case GStatus::kWaiting: return "waiting";
-    case GStatus::kSyscall: return "syscall";
-    default: return nullptr;  // free or finished: not shown
-  }
-}
-
 size_t AppendDuration(char* buf, size_t n, size_t cap, int64_t ns) {
   if (ns >= 120LL * 1000000000) return Append(buf, AppendInt(buf, n, cap, ns / 60000000000), cap, " minutes");
   if (ns >= 1000000000) return Append(buf, AppendInt(buf, n, cap, ns / 1000000000), cap, " s");
@@ -228,8 +220,8 @@ size_t AppendDuration(char* buf, size_t n, size_t cap, int64_t ns) {
 // Formats one goroutine's line; returns its length (0: not shown).
 GORO_NO_SANITIZE_THREAD size_t FormatG(const G* g, int64_t now, char* buf, size_t cap) {
   GStatus st = g->status.load(std::memory_order_relaxed);
-  const char* name = StateName(st);
-  if (name == nullptr) return 0;
+  if (st == GStatus::kIdle || st == GStatus::kDead) return 0;  // free or finished: not shown
+  const char* name = GStatusString(st);
   size_t n = Append(buf, 0, cap, "goroutine ");
   n = AppendInt(buf, n, cap, g->id);
   n = Append(buf, n, cap, " [");
@@ -265,13 +257,6 @@ enum class DumpMode { kFromCode, kFatal, kSigquit };
 std::atomic<M*> trace_target{nullptr};
 int trace_fd = -1;
 std::atomic<bool> sigquit_dumping{false};
-
-M* MRunning(const G* g) {
-  for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
-    if (__atomic_load_n(&m->curg, __ATOMIC_RELAXED) == g) return m;
-  }
-  return nullptr;
-}
 
 struct FdOut {
   int fd;
@@ -349,6 +334,25 @@ void QuitHandler(int sig, siginfo_t* info, void* uctx) {
 }
 
 }  // namespace
+
+const char* GStatusString(GStatus s) {
+  switch (s) {
+    case GStatus::kIdle: return "idle";
+    case GStatus::kRunnable: return "runnable";
+    case GStatus::kRunning: return "running";
+    case GStatus::kWaiting: return "waiting";
+    case GStatus::kSyscall: return "syscall";
+    case GStatus::kDead: return "dead";
+  }
+  return "?";
+}
+
+M* MRunning(const G* g) {
+  for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
+    if (__atomic_load_n(&m->curg, __ATOMIC_RELAXED) == g) return m;
+  }
+  return nullptr;
+}
 
 void DumpGoroutinesToFd(int fd) { DumpAll(FdOut{fd}, DumpMode::kFatal); }
 

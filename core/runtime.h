@@ -505,6 +505,10 @@ void InjectGList(G* list);
 // fatal error (core/dump.cc).
 void DumpGoroutinesToFd(int fd);
 void InstallQuitHandler();
+// For dumps and traces: a goroutine status as a word ("running"), and the M
+// whose curg g is (read racily; nullptr if none).
+const char* GStatusString(GStatus s);
+M* MRunning(const G* g);
 // Writes "goroutine N [running]:" (or the thread's name) and the calling
 // thread's backtrace to stderr: from uctx, a signal handler's context, or
 // from the caller if uctx is null. For fatal errors.

@@ -39,18 +39,6 @@ const char* PStatusName(P::Status s) {
   return "?";
 }
 
-const char* GStatusName(GStatus s) {
-  switch (s) {
-    case GStatus::kIdle: return "idle";
-    case GStatus::kRunnable: return "runnable";
-    case GStatus::kRunning: return "running";
-    case GStatus::kWaiting: return "waiting";
-    case GStatus::kSyscall: return "syscall";
-    case GStatus::kDead: return "dead";
-  }
-  return "?";
-}
-
 // Fields the owning thread writes plainly; a trace reads them as they are
 // (one load each, which the compiler may not repeat or tear).
 template <typename T>
@@ -104,19 +92,15 @@ GORO_NO_SANITIZE_THREAD void PrintSchedTrace(int64_t now, bool detail) {
     for (G* g = sched.allgs.load(std::memory_order_acquire); g != nullptr; g = g->alllink) {
       GStatus st = g->status.load(std::memory_order_relaxed);
       if (st == GStatus::kIdle || st == GStatus::kDead) continue;
-      int64_t on_m = -1;
-      if (st == GStatus::kRunning || st == GStatus::kSyscall) {
-        for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
-          if (Racy(m->curg) == g) on_m = m->id;
-        }
-      }
+      M* on_m = st == GStatus::kRunning || st == GStatus::kSyscall ? MRunning(g) : nullptr;
       M* lm = Racy(g->locked_m);
-      absl::StrAppend(&out, "  G", g->id, ": status=", GStatusName(st));
+      absl::StrAppend(&out, "  G", g->id, ": status=", GStatusString(st));
       WaitReason why = Racy(g->wait_reason);
       if (st == GStatus::kWaiting && why != WaitReason::kNone) {
         absl::StrAppend(&out, "(", WaitReasonString(why), ")");
       }
-      absl::StrAppend(&out, " m=", on_m, " lockedm=", lm != nullptr ? lm->id : -1, "\n");
+      absl::StrAppend(&out, " m=", on_m != nullptr ? on_m->id : -1,
+                      " lockedm=", lm != nullptr ? lm->id : -1, "\n");
     }
   } else {
     absl::StrAppend(&out, " [");
