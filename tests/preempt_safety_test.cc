@@ -73,14 +73,7 @@ static_assert(sizeof(std::atomic<uint8_t>) == 1 && sizeof(std::atomic<uint64_t>)
 using goro_test::child_failures;
 using goro_test::U;
 
-void PrintStats(const char* when) {
-  goro::Stats s = goro::GetStats();
-  fprintf(stderr,
-          "%s: async_preemptions=%llu cooperative_preemptions=%llu preempt_signals_sent=%llu "
-          "threads=%d\n",
-          when, U(s.async_preemptions), U(s.cooperative_preemptions), U(s.preempt_signals_sent),
-          s.threads);
-}
+using goro_test::PrintStats;
 
 // Ends the child: 0 when every CHILD_CHECK held.
 [[noreturn]] void ExitChild() {

@@ -96,4 +96,13 @@ void Spin(absl::Duration d) {
   }
 }
 
+void PrintStats(const char* when) {
+  goro::Stats s = goro::GetStats();
+  fprintf(stderr,
+          "%s: handoffs=%llu preempt_signals_sent=%llu async_preemptions=%llu "
+          "cooperative_preemptions=%llu threads=%d live=%lld\n",
+          when, U(s.handoffs), U(s.preempt_signals_sent), U(s.async_preemptions),
+          U(s.cooperative_preemptions), s.threads, static_cast<long long>(s.goroutines_live));
+}
+
 }  // namespace goro_test

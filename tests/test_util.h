@@ -131,6 +131,10 @@ int64_t ThreadId();
 // Busy-waits for about `d` without calling into goro.
 void Spin(absl::Duration d);
 
+// Prints the runtime's counters on stderr, labelled `when` (a child's
+// diagnostics, shown when its check fails).
+void PrintStats(const char* when);
+
 }  // namespace goro_test
 
 #endif  // GORO_TESTS_TEST_UTIL_H_
