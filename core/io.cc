@@ -3,7 +3,8 @@
 // Each operation tries the system call first (the fd is non-blocking); on
 // EAGAIN it waits on the fd's PollDesc (core/netpoll.h) until the poller
 // reports readiness, io::Close wakes it, or its deadline timer fires, and
-// tries again. Regular files, which epoll refuses, are read and written in a
+// tries again. After a short read of a TCP socket the next Read waits first
+// (PollDesc::MarkDrained; docs/syscalls.md says when that is sound). Regular files, which epoll refuses, are read and written in a
 // marked blocking region instead.
 #include "goro/io.h"
 
@@ -156,9 +157,17 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     return static_cast<size_t>(r);
   }
   int64_t dl = internal::DeadlineNanos(deadline);
+  if (pd->drained.load(std::memory_order_relaxed)) {
+    // The last read emptied the queue: skip the read that would say EAGAIN.
+    pd->drained.store(false, std::memory_order_relaxed);
+    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kRead, dl); !s.ok()) return s;
+  }
   for (;;) {
     ssize_t r = ::read(fd, buf, n);
-    if (r >= 0) return static_cast<size_t>(r);
+    if (r >= 0) {
+      if (r > 0 && static_cast<size_t>(r) < n && pd->tcp) pd->MarkDrained();
+      return static_cast<size_t>(r);
+    }
     if (errno == EINTR) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "read", fd);
     if (absl::Status s = internal::WaitIO(pd, fd, Mode::kRead, dl); !s.ok()) return s;

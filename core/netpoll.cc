@@ -25,7 +25,9 @@
 
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -118,21 +120,27 @@ PollDesc::Registration PollDesc::Register(int fd) {
   }
   closing = false;
   rready = wready = false;
+  hup = false;
+  drained.store(false, std::memory_order_relaxed);
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0) {
     lock.Unlock();
     return Registration::kBadFd;
   }
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
   ev.data.ptr = this;
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
     if ((flags & O_NONBLOCK) == 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     state = Registration::kPolled;
+    int protocol = 0;
+    socklen_t len = sizeof protocol;
+    tcp = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP;
   } else if (errno == EPERM) {
     state = Registration::kNotPollable;  // a regular file or a directory
   } else if (errno == EEXIST) {
     state = Registration::kPolled;  // registered before (e.g. dup'ed number)
+    tcp = false;
   } else {
     lock.Unlock();
     return Registration::kBadFd;
@@ -181,7 +189,8 @@ G* Netpoll(int64_t timeout_ns) {
     auto* pd = static_cast<PollDesc*>(events[i].data.ptr);
     uint32_t ev = events[i].events;
     pd->lock.Lock();
-    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) pd->hup = true;
+    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) {
       pd->rready = true;
       TakeWaiter(pd->rg, &list);
     }

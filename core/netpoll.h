@@ -17,12 +17,29 @@ struct PollDesc {
   // waiters (made runnable) as a list through G::sched_link.
   G* CloseLocked(int fd);
 
+  // After a short read of a TCP socket: unless the peer hung up (or an error
+  // or urgent data was reported), the next io::Read waits for an edge first.
+  void MarkDrained() {
+    lock.Lock();
+    if (!hup) drained.store(true, std::memory_order_relaxed);
+    lock.Unlock();
+  }
+
   SpinLock lock;
   // Everything below is guarded by lock.
   Registration state = Registration::kUnknown;
   bool closing = false;  // io::Close was called: waiters get CancelledError
   bool rready = false;   // readiness latched from an edge-triggered event
   bool wready = false;
+  // A TCP socket: a read that returns less than asked for has emptied the
+  // receive queue, and anything that arrives later raises a new edge.
+  bool tcp = false;
+  // The peer hung up, an error or urgent data was reported: a short read may
+  // leave something queued that raises no further edge.
+  bool hup = false;
+  // Set (by the reader, without the lock) after a short read of a TCP socket
+  // while !hup: the next read waits for an edge instead of trying first.
+  std::atomic<bool> drained{false};
   // The goroutine waiting to read / write, if any. Set under lock by the
   // waiter; claimed with an exchange (or CAS) by whoever wakes it - the poller,
   // io::Close, or the waiter's deadline timer, which may not take the lock
