@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -138,6 +140,64 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
     wg.Wait();
     EXPECT_GT(goro::GetStats().async_preemptions, 0u);
   }, absl::Seconds(40));  // without preemption this Run never gets its P back
+}
+
+// Goroutines whose slices were spent take turns in order: a P whose
+// goroutine was preempted takes the next one from the global queue, not a
+// batch into its own queue (Go's globrunqget), which would let the
+// goroutines in one P's batch run again before those in the other's. Twelve
+// hogs with a safe point on 2 Ps, 1 ms slices, 120 rounds: a hog starting a
+// turn may be at most 5 turns ahead of the hog furthest behind. Measured on
+// a 2-core VM: 1-2 alone, 3-5 with two more copies of the test running
+// (a thread the OS deschedules can lose its P to a hand-off); with batches
+// 8-17 alone, so the test fails. In a child process, for its own time slice.
+[[noreturn]] void RotationInChild() {
+  constexpr int kHogs = 12;
+  constexpr int kRounds = 120;
+  static std::atomic<int> turns[kHogs];
+  static std::atomic<int> total{0}, worst{0};
+  static std::atomic<bool> stop{false};
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    fprintf(stderr, "timed out after 30 s with %d turns\n", total.load());
+    _exit(20);
+  }).detach();
+  goro::Options opts = goro_test::TestOptions();
+  opts.time_slice = absl::Milliseconds(1);
+  opts.async_preemption = false;
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(kHogs);
+        for (int i = 0; i < kHogs; ++i) {
+          goro::Go([i, &wg] {
+            uint64_t seen = goro::CurrentGoroutinePreemptions();
+            while (!stop.load(std::memory_order_relaxed)) {
+              goro::Checkpoint();
+              uint64_t now = goro::CurrentGoroutinePreemptions();
+              if (now == seen) continue;
+              seen = now;  // a new turn
+              int mine = turns[i].fetch_add(1) + 1;
+              int fewest = mine;
+              for (auto& t : turns) fewest = std::min(fewest, t.load());
+              // After three rounds: the start-up order has settled.
+              if (total.fetch_add(1) >= 3 * kHogs && mine - fewest > worst.load()) worst = mine - fewest;
+              if (total.load() >= kRounds * kHogs) stop = true;
+            }
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      opts);
+  std::string counts;
+  for (auto& t : turns) counts += " " + std::to_string(t.load());
+  fprintf(stderr, "turns per hog:%s; the most any hog got ahead: %d\n", counts.c_str(), worst.load());
+  _exit(worst.load() <= 5 ? 0 : 21);
+}
+
+TEST(PreemptTest, SpentSlicesRotateInOrder) {
+  EXPECT_EXIT(RotationInChild(), ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------
