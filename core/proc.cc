@@ -29,7 +29,7 @@
 //   2. the P's expired timers, then runnext, then the local ring;
 //   3. the global run queue (a mutex-protected list: the only global lock on
 //      a scheduling path): a fair share of it moves into the local ring, as
-//      in Go, except after a preemption, when only its head is taken (see
+//      in Go, but preempted goroutines are taken only one at a time (see
 //      "Choices");
 //   4. stealing: up to four passes over the other Ps in a random order,
 //      taking half of a victim's ring; on the last pass also a victim's
@@ -86,12 +86,12 @@
 //   queue is empty, and on the global queue (as Go's Gosched always does)
 //   otherwise: with nobody waiting globally there is nobody to be unfair to,
 //   and the common ping-pong of yielding goroutines takes no shared lock.
-// * A preempted goroutine goes to the tail of the global queue, and a P
-//   whose goroutine was preempted takes just the head, so CPU hogs rotate
+// * A preempted goroutine goes to the tail of the global queue, and it never
+//   moves into a P's ring in a batch: a P takes it alone, so CPU hogs rotate
 //   through every P in one order. Go's batch (a share of the queue into the
 //   local ring) lets the hogs in one P's batch run again before those in the
 //   other P's: with 16 hogs on 2 Ps their turns drift apart by 8-17, and
-//   min/max CPU share over 3 s falls to 0.83-0.88 (0.86-0.94 in order).
+//   min/max CPU share over 3 s falls to 0.83-0.88.
 // * Goroutine ids come from per-P batches and counters are per P, so spawning
 //   touches no shared cache line except when a batch runs out.
 // * A runtime lock (core/lock.h) spins and then yields the thread: holders
@@ -273,6 +273,7 @@ G* GlobrunqPopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   G* g = sched.runq[sched.runq_head];
   sched.runq_head = (sched.runq_head + 1) % sched.runq.size();
   sched.runq_size.fetch_sub(1, std::memory_order_relaxed);
+  g->spent_slice = false;
   return g;
 }
 
@@ -281,7 +282,9 @@ void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED
 }
 
 // Takes a fair share of the global queue: one G to return, and up to `max`
-// more (0: no limit but half a ring) moved into p's local ring.
+// more (0: no limit but half a ring) moved into p's local ring. The batch
+// stops at a preempted goroutine: those are taken one at a time, so that
+// CPU hogs rotate over all Ps in queue order.
 G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   int32_t size = sched.runq_size.load(std::memory_order_relaxed);
   if (size == 0) return nullptr;
@@ -289,7 +292,7 @@ G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) 
   if (max > 0 && n > max) n = max;
   n = std::min<int32_t>(n, RunQueue::kSize / 2);
   G* g = GlobrunqPopLocked();
-  for (int32_t i = 1; i < n; ++i) {
+  for (int32_t i = 1; i < n && !sched.runq[sched.runq_head]->spent_slice; ++i) {
     if (!p->runq.PutTail(GlobrunqPopLocked())) Fatal("GlobrunqGet: local run queue overflow");
   }
   return g;
@@ -521,9 +524,8 @@ G* FindRunnable(M* m, bool* inherit) {
     }
     if (G* g = p->runq.Get(inherit)) return g;
     if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
-      // After a preemption only the head: hogs rotate in one order.
       absl::MutexLock lock(&sched.mu);
-      if (G* g = GlobrunqGetLocked(p, p->slice_spent ? 1 : 0)) return g;
+      if (G* g = GlobrunqGetLocked(p, 0)) return g;
     }
     // Ready I/O, without blocking, if nobody is blocked polling already.
     if (sched.netpoll_waiters.load(std::memory_order_relaxed) > 0 &&
@@ -774,6 +776,7 @@ G* FinishSwitchOnG0(M* m) {
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
       m->p->slice_spent = true;
       absl::MutexLock lock(&sched.mu);
+      g->spent_slice = true;
       GlobrunqPutLocked(g);
       return nullptr;
     }

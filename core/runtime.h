@@ -133,6 +133,9 @@ struct alignas(64) G {
   WaitReason wait_reason = WaitReason::kNone;
   // A plain thread's stand-in G (see ExternalG); parks on `note`.
   bool external = false;
+  // In the global queue because it was preempted (guarded by sched.mu): a
+  // P takes such a goroutine alone, never in a batch into its ring.
+  bool spent_slice = false;
   void* param = nullptr;
   EhGlobals eh;  // the exception state while not running
 

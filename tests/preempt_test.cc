@@ -142,9 +142,9 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
   }, absl::Seconds(40));  // without preemption this Run never gets its P back
 }
 
-// Goroutines whose slices were spent take turns in order: a P whose
-// goroutine was preempted takes the next one from the global queue, not a
-// batch into its own queue (Go's globrunqget), which would let the
+// Goroutines whose slices were spent take turns in order: a P takes a
+// preempted goroutine from the global queue alone, never in a batch into its
+// own queue (Go's globrunqget), which would let the
 // goroutines in one P's batch run again before those in the other's. Twelve
 // hogs with a safe point on 2 Ps, 1 ms slices, 120 rounds: a hog starting a
 // turn may be at most 5 turns ahead of the hog furthest behind. Measured on
