@@ -4,8 +4,9 @@
 // EAGAIN it waits on the fd's PollDesc (core/netpoll.h) until the poller
 // reports readiness, io::Close wakes it, or its deadline timer fires, and
 // tries again. After a short read of a TCP socket the next Read waits first
-// (PollDesc::MarkDrained; docs/syscalls.md says when that is sound). Regular files, which epoll refuses, are read and written in a
-// marked blocking region instead.
+// (PollDesc::MarkDrained; docs/syscalls.md says when that is sound). Regular
+// files, which epoll refuses, are read and written in a marked blocking
+// region instead.
 #include "goro/io.h"
 
 #include <fcntl.h>

@@ -24,8 +24,8 @@
 #include "core/netpoll.h"
 
 #include <fcntl.h>
-#include <sys/epoll.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -37,8 +37,9 @@ struct PollDesc {
   // The peer hung up, an error or urgent data was reported: a short read may
   // leave something queued that raises no further edge.
   bool hup = false;
-  // Set (by the reader, without the lock) after a short read of a TCP socket
-  // while !hup: the next read waits for an edge instead of trying first.
+  // Set by MarkDrained (under lock, so that it sees hup) after a short read
+  // of a TCP socket; taken by the next io::Read (without the lock), which
+  // then waits for an edge instead of trying the read first.
   std::atomic<bool> drained{false};
   // The goroutine waiting to read / write, if any. Set under lock by the
   // waiter; claimed with an exchange (or CAS) by whoever wakes it - the poller,

@@ -173,15 +173,18 @@ void ExplainConnectError(int err, int i) {
 
 // ---- goro's echo server, in this process (the loop of examples/echo_server.cc) ----
 
-int ListenLoopback() {
+// A listening socket on an ephemeral port of 127.0.0.1; sets *port to it.
+int ListenLoopback(int* port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
   if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      listen(fd, SOMAXCONN) != 0) {
+      listen(fd, SOMAXCONN) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     Fail("in-process server: cannot listen on 127.0.0.1: %s", std::strerror(errno));
   }
+  *port = ntohs(addr.sin_port);
   return fd;
 }
 
@@ -560,12 +563,7 @@ int main(int argc, char** argv) {
     goro::Run(
         [&] {
           if (inproc) {
-            int lfd = ListenLoopback();
-            sockaddr_in a{};
-            socklen_t len = sizeof a;
-            getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-            port = ntohs(a.sin_port);
-            StartInprocServer(lfd);
+            StartInprocServer(ListenLoopback(&port));
           }
           StartWatchdog(watchdog_s + 10, &stats, true);  // +10: connecting
           std::vector<int> fds = GoroConnectAll(LoopbackAddress(port), cfg);
@@ -585,11 +583,7 @@ int main(int argc, char** argv) {
         opts);
   } else {
     if (inproc) {
-      int lfd = ListenLoopback();
-      sockaddr_in a{};
-      socklen_t len = sizeof a;
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-      port = ntohs(a.sin_port);
+      int lfd = ListenLoopback(&port);
       // The server's goroutines keep running after Run returns.
       goro::Run([lfd] { StartInprocServer(lfd); }, opts);
     }
