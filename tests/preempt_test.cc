@@ -144,22 +144,27 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
 
 // Goroutines whose slices were spent take turns in order: a P takes a
 // preempted goroutine from the global queue alone, never in a batch into its
-// own queue (Go's globrunqget), which would let the
-// goroutines in one P's batch run again before those in the other's. Twelve
-// hogs with a safe point on 2 Ps, 1 ms slices, 120 rounds: a hog starting a
-// turn may be at most 5 turns ahead of the hog furthest behind. Measured on
-// a 2-core VM: 1-2 alone, 3-5 with two more copies of the test running
-// (a thread the OS deschedules can lose its P to a hand-off); with batches
-// 8-17 alone, so the test fails. In a child process, for its own time slice.
+// own queue (Go's globrunqget), which would let the goroutines in one P's
+// batch run again before those in the other's. Twelve hogs with a safe point
+// on 2 Ps, 1 ms slices, 120 rounds. A preempted hog joins the queue behind the
+// ten that wait, so between two of its turns the others start at least ten;
+// the test counts the gaps shorter than eight and allows 3% of them.
+// Measured on a 2-core VM: with the rotation no gap below eight in 65 runs,
+// 25 of them beside a full ctest -j2 (the shortest gap seen: nine); with
+// batches 14-15% of gaps below eight. A gap counts the turns started, not
+// their length, so a thread the OS deschedules leaves it alone; an earlier
+// version of this test, bounding how far one hog's turn count got ahead,
+// failed in CI for that reason. In a child process, for its own time slice.
 [[noreturn]] void RotationInChild() {
-  constexpr int kHogs = 12;
-  constexpr int kRounds = 120;
-  static std::atomic<int> turns[kHogs];
-  static std::atomic<int> total{0}, worst{0};
+  static constexpr int kHogs = 12;
+  static constexpr int kRounds = 120;
+  static constexpr int kShortGap = kHogs - 4;
+  static std::atomic<int> turns_started{0}, gaps{0}, short_gaps{0};
+  static std::atomic<int> gap_histogram[kHogs + 1];
   static std::atomic<bool> stop{false};
   std::thread([] {
     std::this_thread::sleep_for(std::chrono::seconds(30));
-    fprintf(stderr, "timed out after 30 s with %d turns\n", total.load());
+    fprintf(stderr, "timed out after 30 s with %d turns\n", turns_started.load());
     _exit(20);
   }).detach();
   goro::Options opts = goro_test::TestOptions();
@@ -170,19 +175,24 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
         goro::WaitGroup wg;
         wg.Add(kHogs);
         for (int i = 0; i < kHogs; ++i) {
-          goro::Go([i, &wg] {
+          goro::Go([&wg] {
             uint64_t seen = goro::CurrentGoroutinePreemptions();
+            int last_turn = -1;  // its number among all turns started
             while (!stop.load(std::memory_order_relaxed)) {
               goro::Checkpoint();
               uint64_t now = goro::CurrentGoroutinePreemptions();
               if (now == seen) continue;
               seen = now;  // a new turn
-              int mine = turns[i].fetch_add(1) + 1;
-              int fewest = mine;
-              for (auto& t : turns) fewest = std::min(fewest, t.load());
+              int turn = turns_started.fetch_add(1);
               // After three rounds: the start-up order has settled.
-              if (total.fetch_add(1) >= 3 * kHogs && mine - fewest > worst.load()) worst = mine - fewest;
-              if (total.load() >= kRounds * kHogs) stop = true;
+              if (last_turn >= 0 && turn >= 3 * kHogs) {
+                int gap = turn - last_turn - 1;
+                gap_histogram[std::min(gap, kHogs)].fetch_add(1);
+                gaps.fetch_add(1);
+                if (gap < kShortGap) short_gaps.fetch_add(1);
+              }
+              last_turn = turn;
+              if (turn + 1 >= kRounds * kHogs) stop = true;
             }
             wg.Done();
           });
@@ -190,10 +200,13 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
         wg.Wait();
       },
       opts);
-  std::string counts;
-  for (auto& t : turns) counts += " " + std::to_string(t.load());
-  fprintf(stderr, "turns per hog:%s; the most any hog got ahead: %d\n", counts.c_str(), worst.load());
-  _exit(worst.load() <= 5 ? 0 : 21);
+  std::string histogram;
+  for (auto& n : gap_histogram) histogram += " " + std::to_string(n.load());
+  fprintf(stderr,
+          "%d of %d gaps between a hog's turns were shorter than %d turns of others; "
+          "gaps of 0..%d+ turns:%s\n",
+          short_gaps.load(), gaps.load(), kShortGap, kHogs, histogram.c_str());
+  _exit(short_gaps.load() * 100 <= gaps.load() * 3 ? 0 : 21);
 }
 
 TEST(PreemptTest, SpentSlicesRotateInOrder) {
