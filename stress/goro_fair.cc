@@ -14,6 +14,15 @@
 // stress/spin_x86_64_sysv_elf_gas.S), mixed (spinners beside goroutines that
 // sleep, yield and use channels), fib (each goroutine computes fib(16) over
 // and over with a goroutine per call).
+//
+// --turn_stats tells the scheduler's part of the result from the machine's:
+// the spinners read the clock every 4096 iterations (so their loop has a call,
+// into the vDSO) and record each turn on a P. It prints the turn lengths, the
+// iteration rate from turn to turn, and the shares of time each goroutine held
+// a P. Iterations measure work done, which also depends on how fast the CPU
+// ran during each turn (another tenant, a busy hyperthread sibling); the time
+// shares measure only what the scheduler hands out.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +59,8 @@ ABSL_FLAG(double, max_p99_ms, 0, "exit with status 1 if the sleeper's p99 latene
 ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
 ABSL_FLAG(bool, json, false, "also print the summary as one JSON line");
 ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
+ABSL_FLAG(bool, turn_stats, false,
+          "spin workload: time every turn on a P and report turn lengths, iteration rates and time shares");
 
 extern "C" uint64_t goro_fair_spin_asm(uint64_t* counter, const uint8_t* stop);
 
@@ -72,12 +83,26 @@ const char* RoleName(Role r) {
 // CPU-bound roles are the ones whose shares the fairness figures compare.
 bool CpuBound(Role r) { return r == Role::kSpin || r == Role::kAsm || r == Role::kFib; }
 
+// One turn of a goroutine on a P, as the goroutine saw it: the first and last
+// clock readings (CLOCK_MONOTONIC, ns) and the iteration counts at both.
+struct Turn {
+  int64_t start = 0, end = 0;
+  uint64_t first = 0, last = 0;
+};
+
 struct alignas(64) Worker {
   Role role = Role::kSpin;
   uint64_t count = 0;  // iterations; written by the worker, read racily by the timer
   int64_t id = 0;
   uint64_t preemptions = 0;
+  std::vector<Turn> turns;  // --turn_stats only
 };
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
 
 // On its own cache lines: every spinner reads `stop` in its loop, and the
 // neighbouring locals (the lateness vector the sleeper appends to) would
@@ -102,6 +127,46 @@ __attribute__((noinline)) void SpinLoop(uint64_t* counter, const std::atomic<boo
   }
 }
 
+// A clock reading taken within one turn: the preemption count is the same
+// before and after it. (A preemption between the two would otherwise put a
+// whole round of other goroutines' turns into this goroutine's turn.)
+int64_t ReadClockInTurn(uint64_t* preemptions) {
+  for (;;) {
+    uint64_t p = goro::CurrentGoroutinePreemptions();
+    int64_t t = MonotonicNs();
+    if (goro::CurrentGoroutinePreemptions() == p) {
+      *preemptions = p;
+      return t;
+    }
+  }
+}
+
+// The spin loop with a clock reading every 4096 iterations; a change in the
+// goroutine's preemption count between two readings starts a new turn.
+void TimedSpinLoop(Worker* w, const std::atomic<bool>* stop) {
+  uint64_t n = w->count;
+  uint64_t seen = 0;
+  int64_t t = ReadClockInTurn(&seen);
+  Turn turn{t, t, n, n};
+  while (!stop->load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 4096; ++i) {
+      ++n;
+      __atomic_store_n(&w->count, n, __ATOMIC_RELAXED);
+    }
+    uint64_t p = 0;
+    t = ReadClockInTurn(&p);
+    if (p != seen) {
+      seen = p;
+      w->turns.push_back(turn);
+      turn = Turn{t, t, n, n};
+    } else {
+      turn.end = t;
+      turn.last = n;
+    }
+  }
+  w->turns.push_back(turn);
+}
+
 int Fib(int n) {
   if (n < 2) return n;
   int a = 0, b = 0;
@@ -113,11 +178,15 @@ int Fib(int n) {
   return a + b;
 }
 
-void RunWorker(Worker* w, Shared* s) {
+void RunWorker(Worker* w, Shared* s, bool timed) {
   w->id = goro::GoroutineId();
   switch (w->role) {
     case Role::kSpin:
-      SpinLoop(&w->count, &s->stop);
+      if (timed) {
+        TimedSpinLoop(w, &s->stop);
+      } else {
+        SpinLoop(&w->count, &s->stop);
+      }
       break;
     case Role::kAsm:
       goro_fair_spin_asm(&w->count, &s->stop_byte);
@@ -187,6 +256,67 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
+// Jain's index and min/max of a set of amounts.
+struct Spread {
+  double jain = 0, ratio = 0;
+};
+
+Spread SpreadOf(const std::vector<double>& v) {
+  double sum = 0, sumsq = 0, mn = 1e300, mx = 0;
+  for (double d : v) {
+    sum += d;
+    sumsq += d * d;
+    mn = std::min(mn, d);
+    mx = std::max(mx, d);
+  }
+  Spread s;
+  if (sumsq > 0) s.jain = sum * sum / (static_cast<double>(v.size()) * sumsq);
+  if (mx > 0) s.ratio = mn / mx;
+  return s;
+}
+
+// --turn_stats: what the spinners recorded within the window [t0, t1].
+struct TurnStats {
+  int turns_min = 0, turns_max = 0;
+  double len_p50 = 0, len_p99 = 0, len_max = 0;     // ms, turns wholly inside the window
+  double rate_p10 = 0, rate_p50 = 0, rate_p90 = 0;  // iterations per microsecond
+  Spread time;                                       // of the time each goroutine held a P
+  double held_ns = 0;                                // all spinners' time holding a P
+};
+
+TurnStats SummarizeTurns(const std::vector<Worker>& ws, int64_t t0, int64_t t1) {
+  TurnStats r;
+  std::vector<double> lens, rates, held;
+  r.turns_min = INT32_MAX;
+  for (const Worker& w : ws) {
+    if (w.role != Role::kSpin) continue;
+    double ns = 0;
+    int whole = 0;
+    for (const Turn& t : w.turns) {
+      ns += static_cast<double>(std::max<int64_t>(0, std::min(t.end, t1) - std::max(t.start, t0)));
+      if (t.start < t0 || t.end > t1) continue;
+      ++whole;
+      lens.push_back(static_cast<double>(t.end - t.start) / 1e6);
+      if (t.end > t.start) rates.push_back(static_cast<double>(t.last - t.first) * 1e3 / static_cast<double>(t.end - t.start));
+    }
+    held.push_back(ns);
+    r.held_ns += ns;
+    r.turns_min = std::min(r.turns_min, whole);
+    r.turns_max = std::max(r.turns_max, whole);
+  }
+  if (held.empty()) r.turns_min = 0;
+  std::sort(lens.begin(), lens.end());
+  std::sort(rates.begin(), rates.end());
+  r.len_p50 = Percentile(lens, 0.50);
+  r.len_p99 = Percentile(lens, 0.99);
+  r.len_max = lens.empty() ? 0 : lens.back();
+  r.rate_p10 = Percentile(rates, 0.10);
+  r.rate_p50 = Percentile(rates, 0.50);
+  r.rate_p90 = Percentile(rates, 0.90);
+  r.time = SpreadOf(held);
+  return r;
+}
+
 bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std::vector<double>& shares,
                const std::vector<double>& lateness_ms, const std::string& title) {
   char dir[] = "/tmp/goro-fair-XXXXXX";
@@ -251,6 +381,10 @@ int main(int argc, char** argv) {
   if (interval < absl::Microseconds(10) || interval > absl::Seconds(1)) {
     Usage(absl::StrFormat("--sleep_interval=%s: want 10us to 1s", absl::FormatDuration(interval)));
   }
+  const bool turn_stats = absl::GetFlag(FLAGS_turn_stats);
+  if (turn_stats && workload != "spin") {
+    Usage(absl::StrFormat("--turn_stats: only the spin workload times its turns, not --workload=%s", workload));
+  }
 
   goro::Options opts;
   opts.max_procs = procs;
@@ -264,6 +398,7 @@ int main(int argc, char** argv) {
   std::vector<double> lateness_ms;
   std::vector<uint64_t> c0(n), c1(n);
   absl::Duration window;
+  int64_t window_start = 0, window_end = 0;  // MonotonicNs, for --turn_stats
   const bool sleeper = absl::GetFlag(FLAGS_sleeper);
   uint64_t sleeper_preemptions = 0;
 
@@ -273,9 +408,11 @@ int main(int argc, char** argv) {
     absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
     for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
     absl::Time t0 = absl::Now();
+    window_start = MonotonicNs();
     shared.measuring.store(true);
     absl::SleepFor(absl::Seconds(seconds));
     for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
+    window_end = MonotonicNs();
     window = absl::Now() - t0;
     shared.measuring.store(false);
     shared.stop_byte = 1;
@@ -289,7 +426,7 @@ int main(int argc, char** argv) {
         wg.Add(n + (sleeper ? 1 : 0));
         for (int i = 0; i < n; ++i) {
           goro::Go([&, i] {
-            RunWorker(&workers[i], &shared);
+            RunWorker(&workers[i], &shared, turn_stats);
             wg.Done();
           });
         }
@@ -354,6 +491,21 @@ int main(int argc, char** argv) {
               total > 0 ? mn / total * 100 : 0.0, total > 0 ? mx / total * 100 : 0.0);
   std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
               absl::ToDoubleSeconds(window));
+  TurnStats ts;
+  if (turn_stats) {
+    ts = SummarizeTurns(workers, window_start, window_end);
+    // At most one goroutine holds a P at a time, so the turns can account for
+    // at most all of the Ps' time; the rest went to switches and sampling.
+    double accounted = ts.held_ns / (static_cast<double>(procs) * static_cast<double>(window_end - window_start));
+    std::printf("Turns on a P (--turn_stats; each spinner reads the clock every 4096 iterations):\n");
+    std::printf("  turns per goroutine  %d to %d, accounting for %.1f%% of the Ps' time\n", ts.turns_min,
+                ts.turns_max, accounted * 100);
+    std::printf("  turn length          p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", ts.len_p50, ts.len_p99, ts.len_max);
+    std::printf("  iterations per us    p10 %.0f, p50 %.0f, p90 %.0f   (the CPU's speed from turn to turn)\n",
+                ts.rate_p10, ts.rate_p50, ts.rate_p90);
+    std::printf("  time holding a P     Jain %.5f, min/max %.3f   (the scheduler's part of the fairness)\n",
+                ts.time.jain, ts.time.ratio);
+  }
   if (sleeper) {
     std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu times\n",
                 absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax,
@@ -369,12 +521,18 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
         "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
-        "\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu}\n",
+        "\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu%s}\n",
         workload.c_str(), procs, n, static_cast<long long>(absl::ToInt64Microseconds(slice)),
         opts.async_preemption ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
         lmax, static_cast<unsigned long long>(st.async_preemptions),
         static_cast<unsigned long long>(st.cooperative_preemptions),
-        static_cast<unsigned long long>(st.preempt_signals_sent));
+        static_cast<unsigned long long>(st.preempt_signals_sent),
+        turn_stats ? absl::StrFormat(",\"time_jain\":%.6f,\"time_min_max\":%.6f,\"turn_p50_ms\":%.4f,"
+                                     "\"turn_p99_ms\":%.4f,\"rate_p10\":%.1f,\"rate_p50\":%.1f,\"rate_p90\":%.1f",
+                                     ts.time.jain, ts.time.ratio, ts.len_p50, ts.len_p99, ts.rate_p10, ts.rate_p50,
+                                     ts.rate_p90)
+                         .c_str()
+                   : "");
   }
 
   const std::string plot = absl::GetFlag(FLAGS_plot);
