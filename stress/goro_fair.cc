@@ -262,9 +262,10 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
-// Jain's index and min/max of a set of amounts.
+// Jain's index and min/max of a set of amounts, with their sum and extremes.
 struct Spread {
   double jain = 0, ratio = 0;
+  double sum = 0, min = 0, max = 0;
 };
 
 Spread SpreadOf(const std::vector<double>& v) {
@@ -278,6 +279,9 @@ Spread SpreadOf(const std::vector<double>& v) {
   Spread s;
   if (sumsq > 0) s.jain = sum * sum / (static_cast<double>(v.size()) * sumsq);
   if (mx > 0) s.ratio = mn / mx;
+  s.sum = sum;
+  s.min = v.empty() ? 0 : mn;
+  s.max = mx;
   return s;
 }
 
@@ -286,8 +290,7 @@ struct TurnStats {
   int turns_min = 0, turns_max = 0;
   double len_p50 = 0, len_p99 = 0, len_max = 0;     // ms, turns wholly inside the window
   double rate_p10 = 0, rate_p50 = 0, rate_p90 = 0;  // iterations per microsecond
-  Spread time;                                       // of the time each goroutine held a P
-  double held_ns = 0;                                // all spinners' time holding a P
+  Spread time;                                       // of the ns each goroutine held a P
 };
 
 TurnStats SummarizeTurns(const std::vector<Worker>& ws, int64_t t0, int64_t t1) {
@@ -306,7 +309,6 @@ TurnStats SummarizeTurns(const std::vector<Worker>& ws, int64_t t0, int64_t t1) 
       if (t.end > t.start) rates.push_back(static_cast<double>(t.last - t.first) * 1e3 / static_cast<double>(t.end - t.start));
     }
     held.push_back(ns);
-    r.held_ns += ns;
     r.turns_min = std::min(r.turns_min, whole);
     r.turns_max = std::max(r.turns_max, whole);
   }
@@ -403,8 +405,7 @@ int main(int argc, char** argv) {
   Shared shared;
   std::vector<double> lateness_ms;
   std::vector<uint64_t> c0(n), c1(n);
-  absl::Duration window;
-  int64_t window_start = 0, window_end = 0;  // MonotonicNs, for --turn_stats
+  int64_t window_start = 0, window_end = 0;  // MonotonicNs
   const bool sleeper = absl::GetFlag(FLAGS_sleeper);
   uint64_t sleeper_preemptions = 0;
 
@@ -413,13 +414,11 @@ int main(int argc, char** argv) {
   std::thread timer([&] {
     absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
     for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
-    absl::Time t0 = absl::Now();
     window_start = MonotonicNs();
     shared.measuring.store(true);
     absl::SleepFor(absl::Seconds(seconds));
     for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
     window_end = MonotonicNs();
-    window = absl::Now() - t0;
     shared.measuring.store(false);
     shared.stop_byte = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -452,26 +451,20 @@ int main(int argc, char** argv) {
       },
       opts);
   timer.join();
+  const absl::Duration window = absl::Nanoseconds(window_end - window_start);
 
   // Shares of the CPU-bound goroutines within the measured window.
+  std::vector<double> done;  // iterations of each CPU-bound goroutine
+  for (int i = 0; i < n; ++i) {
+    if (CpuBound(workers[i].role)) done.push_back(static_cast<double>(c1[i] - c0[i]));
+  }
+  const Spread spread = SpreadOf(done);
+  const double total = spread.sum, jain = spread.jain, ratio = spread.ratio;
+  const int ncpu = static_cast<int>(done.size());
   std::vector<double> shares(n, 0.0);
-  double total = 0, sum = 0, sumsq = 0, mn = 1e300, mx = 0;
-  int ncpu = 0;
   for (int i = 0; i < n; ++i) {
-    if (CpuBound(workers[i].role)) total += static_cast<double>(c1[i] - c0[i]);
+    if (CpuBound(workers[i].role) && total > 0) shares[i] = static_cast<double>(c1[i] - c0[i]) / total;
   }
-  for (int i = 0; i < n; ++i) {
-    double d = static_cast<double>(c1[i] - c0[i]);
-    if (!CpuBound(workers[i].role)) continue;
-    shares[i] = total > 0 ? d / total : 0;
-    sum += d;
-    sumsq += d * d;
-    mn = std::min(mn, d);
-    mx = std::max(mx, d);
-    ncpu++;
-  }
-  double jain = sumsq > 0 ? sum * sum / (ncpu * sumsq) : 0;
-  double ratio = mx > 0 ? mn / mx : 0;
   std::sort(lateness_ms.begin(), lateness_ms.end());
   double p50 = Percentile(lateness_ms, 0.50), p99 = Percentile(lateness_ms, 0.99);
   double lmax = lateness_ms.empty() ? 0 : lateness_ms.back();
@@ -494,7 +487,7 @@ int main(int argc, char** argv) {
   std::printf("\nFairness over %d CPU-bound goroutines (fair share %.2f%%):\n", ncpu, fair_share);
   std::printf("  Jain's index      %.5f   (1 = perfectly fair, 1/n = one goroutine got everything)\n", jain);
   std::printf("  min/max share     %.3f     (min %.2f%%, max %.2f%%)\n", ratio,
-              total > 0 ? mn / total * 100 : 0.0, total > 0 ? mx / total * 100 : 0.0);
+              total > 0 ? spread.min / total * 100 : 0.0, total > 0 ? spread.max / total * 100 : 0.0);
   std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
               absl::ToDoubleSeconds(window));
   TurnStats ts;
@@ -502,7 +495,7 @@ int main(int argc, char** argv) {
     ts = SummarizeTurns(workers, window_start, window_end);
     // At most one goroutine holds a P at a time, so the turns can account for
     // at most all of the Ps' time; the rest went to switches and sampling.
-    double accounted = ts.held_ns / (static_cast<double>(procs) * static_cast<double>(window_end - window_start));
+    double accounted = ts.time.sum / (static_cast<double>(procs) * static_cast<double>(window_end - window_start));
     std::printf("Turns on a P (--turn_stats; each spinner reads the clock every 4096 iterations):\n");
     std::printf("  turns per goroutine  %d to %d, accounting for %.1f%% of the Ps' time\n", ts.turns_min,
                 ts.turns_max, accounted * 100);
