@@ -91,7 +91,11 @@
 //   through every P in one order. Go's batch (a share of the queue into the
 //   local ring) lets the hogs in one P's batch run again before those in the
 //   other P's: with 16 hogs on 2 Ps their turns drift apart by 8-17, and
-//   min/max CPU share over 3 s falls to 0.83-0.88.
+//   min/max CPU share over 3 s falls to 0.83-0.88. The one exception: a P
+//   does not take back a hog it preempted itself if the next one in line
+//   left another P (AvoidSameP); else an even number of hogs on 2 Ps falls
+//   into lockstep, each only ever on one P, and a slower CPU shortchanges
+//   half of them.
 // * Goroutine ids come from per-P batches and counters are per P, so spawning
 //   touches no shared cache line except when a batch runs out.
 // * A runtime lock (core/lock.h) spins and then yields the thread: holders
@@ -281,6 +285,23 @@ void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED
   for (uint32_t i = 0; i < n; ++i) GlobrunqPutLocked(batch[i]);
 }
 
+// If the two oldest goroutines in the global queue were both preempted, the
+// first from p and the second from another P, they trade places, so that p
+// runs the second. Without this, an even number of CPU hogs waiting on two Ps
+// whose slices end in turn (sysmon ends them on schedule) come back to the P
+// they left every time: half of them only ever run on one P, the other half
+// on the other, and when the two CPUs are not equally fast (a VM's vCPUs,
+// hybrid cores) one half gets less work done in the same time. The swap moves
+// a goroutine by one place in the rotation, never more.
+void AvoidSameP(P* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+  std::vector<G*>& q = sched.runq;
+  G*& first = q[sched.runq_head];
+  G*& second = q[(sched.runq_head + 1) % q.size()];
+  if (first->spent_slice && first->spent_on == p->id && second->spent_slice && second->spent_on != p->id) {
+    std::swap(first, second);
+  }
+}
+
 // Takes a fair share of the global queue: one G to return, and up to `max`
 // more (0: no limit but half a ring) moved into p's local ring. The batch
 // stops at a preempted goroutine: those are taken one at a time, so that
@@ -288,6 +309,7 @@ void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED
 G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   int32_t size = sched.runq_size.load(std::memory_order_relaxed);
   if (size == 0) return nullptr;
+  if (size >= 2) AvoidSameP(p);
   int32_t n = std::min(size, size / sched.nprocs + 1);
   if (max > 0 && n > max) n = max;
   n = std::min<int32_t>(n, RunQueue::kSize / 2);
@@ -777,6 +799,7 @@ G* FinishSwitchOnG0(M* m) {
       m->p->slice_spent = true;
       absl::MutexLock lock(&sched.mu);
       g->spent_slice = true;
+      g->spent_on = m->p->id;
       GlobrunqPutLocked(g);
       return nullptr;
     }

@@ -136,6 +136,7 @@ struct alignas(64) G {
   // In the global queue because it was preempted (guarded by sched.mu): a
   // P takes such a goroutine alone, never in a batch into its ring.
   bool spent_slice = false;
+  int32_t spent_on = -1;  // with spent_slice: the id of the P it was preempted from
   void* param = nullptr;
   EhGlobals eh;  // the exception state while not running
 
