@@ -51,16 +51,10 @@
 #                   during its window; c and d report quiet pairs apart
 #   RUN_TIMEOUT=60  seconds of slack before a run is killed as hung (SIGQUIT
 #                   first, so Go and goro print their goroutines)
-#   ALIGN_SHARED=1  build goro-fair with one local change (in the copy only):
-#                   `alignas(64) Shared shared;` in stress/goro_fair.cc. As
-#                   committed, the spinners' stop flag sits mid-line on
-#                   main's stack and the spin loop runs at about half speed,
-#                   at a rate that wanders by tens of percent from run to run
-#                   (cause not found; see bench/FAIRNESS.md).
 set -euo pipefail
 
 command_line="bash bench/fair_compare.sh"
-for v in ALIGN_SHARED NO_BUILD BUILD_DIR SRC RUN_TIMEOUT QUIET WAIT_BUDGET PAIR_WAIT WAIT_MAX BUSY_MAX CD_SECONDS CD_REPS REPS; do
+for v in NO_BUILD BUILD_DIR SRC RUN_TIMEOUT QUIET WAIT_BUDGET PAIR_WAIT WAIT_MAX BUSY_MAX CD_SECONDS CD_REPS REPS; do
   if [[ -n "${!v+x}" ]]; then command_line="$v=${!v} $command_line"; fi
 done
 
@@ -76,7 +70,6 @@ PAIR_WAIT="${PAIR_WAIT:-4}"
 WAIT_BUDGET="${WAIT_BUDGET:-60}"
 QUIET="${QUIET:-0.25}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-60}"
-ALIGN_SHARED="${ALIGN_SHARED:-0}"
 
 for tool in cmake go python3 git; do
   command -v "$tool" >/dev/null || { echo "fair_compare.sh: '$tool' not found in PATH" >&2; exit 1; }
@@ -93,15 +86,8 @@ start_s=$SECONDS
 # ---------------------------------------------------------------- building --
 GORO_FAIR="$BUILD/cmake/stress/goro-fair"
 GO_FAIR="$BUILD/gofair"
-if [[ "$ALIGN_SHARED" == 1 && "$SRC" != head ]]; then
-  echo "fair_compare.sh: ALIGN_SHARED=1 needs SRC=head (it edits a copy, never the working tree)" >&2
-  exit 1
-fi
 if [[ "$SRC" == head ]]; then
   commit_desc="$(git -C "$ROOT" rev-parse --short HEAD) (committed HEAD; a clean copy was built)"
-  if [[ "$ALIGN_SHARED" == 1 ]]; then
-    commit_desc="$(git -C "$ROOT" rev-parse --short HEAD) (committed HEAD, with ALIGN_SHARED=1's one-line change to stress/goro_fair.cc: alignas(64) Shared shared)"
-  fi
 else
   commit_desc="$(git -C "$ROOT" rev-parse --short HEAD)"
   if [[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
@@ -118,20 +104,11 @@ else
     head_sha=$(git -C "$ROOT" rev-parse HEAD)
     # Extract again only when HEAD moved, so that an unchanged tree builds
     # incrementally.
-    if [[ "$(cat "$src/.fair_compare_commit" 2>/dev/null)" != "$head_sha align=$ALIGN_SHARED" ]]; then
+    if [[ "$(cat "$src/.fair_compare_commit" 2>/dev/null)" != "$head_sha" ]]; then
       rm -rf "$src"
       mkdir -p "$src"
       git -C "$ROOT" archive HEAD | tar -x -C "$src"
-      if [[ "$ALIGN_SHARED" == 1 ]]; then
-        # The one local change ALIGN_SHARED=1 makes (see FAIRNESS.md): the
-        # spinners' stop flag gets a cache line of its own.
-        sed -i 's/^  Shared shared;$/  alignas(64) Shared shared;/' "$src/stress/goro_fair.cc"
-        if ! grep -q '^  alignas(64) Shared shared;$' "$src/stress/goro_fair.cc"; then
-          echo "fair_compare.sh: ALIGN_SHARED=1: 'Shared shared;' not found in stress/goro_fair.cc" >&2
-          exit 1
-        fi
-      fi
-      echo "$head_sha align=$ALIGN_SHARED" >"$src/.fair_compare_commit"
+      echo "$head_sha" >"$src/.fair_compare_commit"
     fi
   fi
   echo "== building goro-fair (RelWithDebInfo) from $src"
