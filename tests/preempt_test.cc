@@ -142,6 +142,35 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
   }, absl::Seconds(40));  // without preemption this Run never gets its P back
 }
 
+// For the children below, whose hogs yield at Checkpoint(): 1 ms slices, no
+// signals, and a watchdog that ends the child after 30 s (exit code 20).
+goro::Options HogChildOptions(const std::atomic<int>* turns_started) {
+  std::thread([turns_started] {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    fprintf(stderr, "timed out after 30 s with %d turns\n", turns_started->load());
+    _exit(20);
+  }).detach();
+  goro::Options opts = goro_test::TestOptions();
+  opts.time_slice = absl::Milliseconds(1);
+  opts.async_preemption = false;
+  return opts;
+}
+
+// A hog's loop for those children: Checkpoint() until `stop`, calling
+// on_turn(n) whenever a new turn begins, n being its number among the turns
+// all hogs have started.
+template <typename OnTurn>
+void HogLoop(const std::atomic<bool>& stop, std::atomic<int>& turns_started, OnTurn on_turn) {
+  uint64_t seen = goro::CurrentGoroutinePreemptions();
+  while (!stop.load(std::memory_order_relaxed)) {
+    goro::Checkpoint();
+    uint64_t now = goro::CurrentGoroutinePreemptions();
+    if (now == seen) continue;
+    seen = now;
+    on_turn(turns_started.fetch_add(1));
+  }
+}
+
 // Goroutines whose slices were spent take turns in order: a P takes a
 // preempted goroutine from the global queue alone, never in a batch into its
 // own queue (Go's globrunqget), which would let the goroutines in one P's
@@ -164,28 +193,15 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
   static std::atomic<int> turns_started{0}, gaps{0}, short_gaps{0};
   static std::atomic<int> gap_histogram[kHogs + 1];
   static std::atomic<bool> stop{false};
-  std::thread([] {
-    std::this_thread::sleep_for(std::chrono::seconds(30));
-    fprintf(stderr, "timed out after 30 s with %d turns\n", turns_started.load());
-    _exit(20);
-  }).detach();
-  goro::Options opts = goro_test::TestOptions();
-  opts.time_slice = absl::Milliseconds(1);
-  opts.async_preemption = false;
+  goro::Options opts = HogChildOptions(&turns_started);
   goro::Run(
       [] {
         goro::WaitGroup wg;
         wg.Add(kHogs);
         for (int i = 0; i < kHogs; ++i) {
           goro::Go([&wg] {
-            uint64_t seen = goro::CurrentGoroutinePreemptions();
             int last_turn = -1;  // its number among all turns started
-            while (!stop.load(std::memory_order_relaxed)) {
-              goro::Checkpoint();
-              uint64_t now = goro::CurrentGoroutinePreemptions();
-              if (now == seen) continue;
-              seen = now;  // a new turn
-              int turn = turns_started.fetch_add(1);
+            HogLoop(stop, turns_started, [&last_turn](int turn) {
               // After three rounds: the start-up order has settled.
               if (last_turn >= 0 && turn >= 3 * kHogs) {
                 int gap = turn - last_turn - 1;
@@ -195,7 +211,7 @@ TEST(PreemptTest, MoreHogsThanProcsAllMakeProgress) {
               }
               last_turn = turn;
               if (turn + 1 >= kRounds * kHogs) stop = true;
-            }
+            });
             wg.Done();
           });
         }
@@ -235,14 +251,7 @@ TEST(PreemptTest, SpentSlicesRotateInOrder) {
   static std::atomic<int> turns_started{0};
   static std::atomic<bool> stop{false};
   static pid_t thread_of_turn[kTurns + kHogs];  // each written once, read after Run
-  std::thread([] {
-    std::this_thread::sleep_for(std::chrono::seconds(30));
-    fprintf(stderr, "timed out after 30 s with %d turns\n", turns_started.load());
-    _exit(20);
-  }).detach();
-  goro::Options opts = goro_test::TestOptions();
-  opts.time_slice = absl::Milliseconds(1);
-  opts.async_preemption = false;
+  goro::Options opts = HogChildOptions(&turns_started);
   std::vector<std::vector<int>> hog_turns(kHogs);  // each hog's turn numbers
   goro::Run(
       [&hog_turns] {
@@ -250,19 +259,13 @@ TEST(PreemptTest, SpentSlicesRotateInOrder) {
         wg.Add(kHogs);
         for (int i = 0; i < kHogs; ++i) {
           goro::Go([&wg, &mine = hog_turns[i]] {
-            uint64_t seen = goro::CurrentGoroutinePreemptions();
-            while (!stop.load(std::memory_order_relaxed)) {
-              goro::Checkpoint();
-              uint64_t now = goro::CurrentGoroutinePreemptions();
-              if (now == seen) continue;
-              seen = now;  // a new turn
-              int turn = turns_started.fetch_add(1);
-              if (turn >= kTurns + kHogs) continue;
+            HogLoop(stop, turns_started, [&mine](int turn) {
+              if (turn >= kTurns + kHogs) return;
               thread_of_turn[turn] = gettid();
               // After three rounds: the start-up order has settled.
               if (turn >= 3 * kHogs) mine.push_back(turn);
               if (turn + 1 >= kTurns) stop = true;
-            }
+            });
             wg.Done();
           });
         }
