@@ -1213,7 +1213,11 @@ void ReacquirePOnSameThread(M* m, G* g) {
   }
 }
 
+// errno travels with the goroutine here as on the async path: the goroutine
+// did not ask to be switched (Checkpoint, the end of a NoPreemptScope, a
+// runtime entry), so it may rely on errno across the point.
 void PreemptCooperative() {
+  int saved_errno = errno;
   G* g = CurrentGoroutine();
   g->preempt_off.fetch_add(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -1224,6 +1228,7 @@ void PreemptCooperative() {
   sched.cooperative_preemptions.fetch_add(1, std::memory_order_relaxed);
   trace::GoPreempt(m->p, g, /*async=*/false);
   SwitchToG0(m, g, SwitchRequest::kPreempt);
+  SetErrno(saved_errno);
   g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -441,8 +441,21 @@ __attribute__((noinline)) void SpinIterations(uint64_t n, std::atomic<uint64_t>*
 // errno is *__errno_location(), a const function: the compiler may keep the
 // address from before the spin and read the old thread's errno. These go
 // through a fresh call every time (noipa: no inferred const-ness, no inlining).
-__attribute__((noipa)) void SetErrno(int v) { errno = v; }
-__attribute__((noipa)) int GetErrno() { return errno; }
+__attribute__((noipa)) void StoreErrno(int v) { errno = v; }
+__attribute__((noipa)) int LoadErrno() { return errno; }
+// And the address is used by the instruction after the call that returned
+// it: preempted between the two, the goroutine would carry the old thread's
+// address to the new one (this failed once in CI). The scope keeps each
+// access whole; a request that arrives meanwhile is honoured at its end, by
+// a cooperative preemption, which keeps errno too.
+void SetErrno(int v) {
+  goro::NoPreemptScope whole;
+  StoreErrno(v);
+}
+int GetErrno() {
+  goro::NoPreemptScope whole;
+  return LoadErrno();
+}
 
 TEST(PreemptTest, ErrnoTravelsWithTheGoroutine) {
   RunBounded([] {
