@@ -1213,22 +1213,31 @@ void ReacquirePOnSameThread(M* m, G* g) {
   }
 }
 
-// errno travels with the goroutine here as on the async path: the goroutine
-// did not ask to be switched (Checkpoint, the end of a NoPreemptScope, a
-// runtime entry), so it may rely on errno across the point.
-void PreemptCooperative() {
+// Parks g, the current goroutine, as preempted (to the global queue) and
+// returns when it runs again, perhaps on another thread. The caller has
+// raised g->preempt_off. errno travels with the goroutine on both paths: a
+// goroutine preempted at Checkpoint(), a runtime entry or the end of a
+// NoPreemptScope did not ask to be switched either, so it may rely on errno
+// across the point.
+namespace {
+void ParkPreempted(G* g, bool async) {
   int saved_errno = errno;
-  G* g = CurrentGoroutine();
-  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);
   M* m = CurrentM();  // only now: with preemption off it cannot change under us
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->preemptions++;
-  sched.cooperative_preemptions.fetch_add(1, std::memory_order_relaxed);
-  trace::GoPreempt(m->p, g, /*async=*/false);
+  (async ? sched.async_preemptions : sched.cooperative_preemptions).fetch_add(1, std::memory_order_relaxed);
+  trace::GoPreempt(m->p, g, async);
   SwitchToG0(m, g, SwitchRequest::kPreempt);
   SetErrno(saved_errno);
+}
+}  // namespace
+
+void PreemptCooperative() {
+  G* g = CurrentGoroutine();
+  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ParkPreempted(g, /*async=*/false);
   g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -1300,16 +1309,8 @@ __attribute__((noinline)) void SetErrno(int v) {
 // Called by the trampoline (arch/preempt_*.S) on the goroutine's stack, with
 // every register saved and preempt_off raised by the signal handler.
 extern "C" void goro_async_preempt_go() {
-  int saved_errno = errno;
   G* g = CurrentGoroutine();
-  EnsurePAfterEntry(g);
-  M* m = CurrentM();
-  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
-  g->preemptions++;
-  sched.async_preemptions.fetch_add(1, std::memory_order_relaxed);
-  trace::GoPreempt(m->p, g, /*async=*/true);
-  SwitchToG0(m, g, SwitchRequest::kPreempt);
-  SetErrno(saved_errno);
+  ParkPreempted(g, /*async=*/true);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
