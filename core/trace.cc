@@ -121,7 +121,9 @@ struct State {
   SpinLock shared_lock;
 
   bool use_tsc = false;
-  uint32_t session = 0;  // incremented by each Start, before `on`
+  // Incremented by each Start, before `on`. Atomic: a hook that passed the
+  // check in one session may read it while the next Start increments it.
+  std::atomic<uint32_t> session{0};
   Pair start{};
 
   // The hand-off to the writer thread.
@@ -231,7 +233,7 @@ void RecordCreate(P* p, G* newg) {
 void RecordStart(P* p, G* g) {
   uint64_t f = g->trace_flow;
   g->trace_flow = 0;
-  uint32_t flow = (f >> 32) == st.session ? static_cast<uint32_t>(f) : 0;
+  uint32_t flow = (f >> 32) == st.session.load(std::memory_order_relaxed) ? static_cast<uint32_t>(f) : 0;
   Emit(p, Make(Kind::kStart, g->id, 0, flow));
 }
 
@@ -259,7 +261,7 @@ void RecordUnblock(G* g) {
     w.flow_seq = (w.flow_seq + 1) & 0xffffff;
     if (w.flow_seq == 0) w.flow_seq = 1;
     flow = (static_cast<uint32_t>(p->id & 0xff) << 24) | w.flow_seq;
-    g->trace_flow = (uint64_t{st.session} << 32) | flow;
+    g->trace_flow = (uint64_t{st.session.load(std::memory_order_relaxed)} << 32) | flow;
   }
   Emit(p, Make(Kind::kUnblock, IdOf(by), g->id, flow));
 }
@@ -756,7 +758,7 @@ absl::Status StartTrace(const std::string& path) {
     G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
     if (g != nullptr) running[i] = g->id;
   }
-  st.session++;
+  st.session.fetch_add(1, std::memory_order_relaxed);
   st.start = ReadPair();
   auto* s = new Session();
   s->file = f;

@@ -1,7 +1,7 @@
 // The scheduler's hooks for the event trace (include/goro/trace.h).
 //
-// Each hook is one relaxed load of `trace::on` and a branch predicted not
-// taken; only while a trace runs does it call into core/trace.cc, which stamps
+// Each hook is one acquire load of `trace::on` (a plain load on x86) and a
+// branch predicted not taken; only while a trace runs does it call into core/trace.cc, which stamps
 // the event and appends it to a fixed-size binary buffer. Formatting (JSON)
 // and I/O happen on a background thread, never here.
 //
@@ -23,10 +23,11 @@
 namespace goro::internal::trace {
 
 // True while a trace runs. Set by Start after every buffer exists; cleared by
-// Stop, which then waits out writers already past the check.
+// Stop, which then waits out writers already past the check. Loaded with
+// acquire: a hook that sees it set sees the buffers Start made.
 extern std::atomic<bool> on;
 
-inline bool On() { return __builtin_expect(on.load(std::memory_order_relaxed), false); }
+inline bool On() { return __builtin_expect(on.load(std::memory_order_acquire), false); }
 
 // Why sysmon took a P away from its M.
 enum class HandoffWhy : uint8_t { kSyscall, kBlockedCall };
