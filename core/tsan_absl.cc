@@ -68,6 +68,31 @@ void Mutex::Unlock() {
   real(this);
 }
 
+// Await releases the mutex while it waits and evaluates the condition with
+// the mutex held again - in this thread, or in an unlocking one - inside the
+// library, before returning. A wrapping condition brackets each evaluation
+// with an acquire and a release, as if by its own lock and unlock: what the
+// condition reads is ordered after the last unlock's writes, and before the
+// next lock's, which may follow an evaluation without any visible unlock.
+void Mutex::Await(const Condition& cond) {
+  static auto real = RealFn<void (*)(Mutex*, const Condition&)>("5Mutex5AwaitERKNS0_9ConditionE");
+  struct Wrapped {
+    Mutex* mu;
+    const Condition* cond;
+  } w{this, &cond};
+  const Condition acquiring(
+      +[](Wrapped* w) {
+        __tsan_acquire(w->mu);
+        bool holds = w->cond->Eval();
+        __tsan_release(w->mu);
+        return holds;
+      },
+      &w);
+  __tsan_release(this);
+  real(this, acquiring);
+  __tsan_acquire(this);
+}
+
 void Mutex::ReaderLock() {
   static auto real = RealFn<void (*)(Mutex*)>("5Mutex10ReaderLockEv");
   real(this);
