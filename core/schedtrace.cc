@@ -42,7 +42,7 @@ const char* PStatusName(P::Status s) {
 // Fields the owning thread writes plainly; a trace reads them as they are
 // (one load each, which the compiler may not repeat or tear).
 template <typename T>
-T Racy(const T& field) {
+GORO_NO_SANITIZE_THREAD T Racy(const T& field) {
   return *static_cast<const volatile T*>(&field);
 }
 
