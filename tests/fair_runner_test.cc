@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
@@ -39,6 +40,7 @@ Output RunFair(const std::string& args) {
 // deschedules between turns holds its P with no goroutine running), Jain
 // stayed above 0.997; one goroutine left out would give Jain 0.75.
 TEST(FairRunnerTest, TurnStatsAccountForThePsTime) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // the spinners make no call: only the signal moves them
   Output o = RunFair("--turn_stats --sleeper=false --seconds=1 --goroutines=4 --procs=2 --time_slice=10ms");
   ASSERT_EQ(o.exit_code, 0) << o.text;
   int fewest = -1, most = -1;  // turns per goroutine

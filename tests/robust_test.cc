@@ -685,7 +685,7 @@ void Tree(int depth, goro::WaitGroup* wg, std::atomic<int64_t>* nodes) {
   CHILD_CHECK(urg_seen.load() > 0, "no foreign SIGURG reached the program's handler");
   CHILD_CHECK(chld_seen.load() > 0, "no SIGCHLD reached the program's handler");
   CHILD_CHECK(alrm_seen.load() > 0, "no SIGALRM reached the program's handler");
-  CHILD_CHECK(st.async_preemptions > 0, "no goroutine was preempted by a signal");
+  CHILD_CHECK(goro_test::kTsanBuild || st.async_preemptions > 0, "no goroutine was preempted by a signal");
   CHILD_CHECK(handler_migrations.load() == 0, "%llu signal handlers ended on another thread than they began",
               goro_test::U(handler_migrations.load()));
   _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
@@ -925,7 +925,9 @@ TEST(RobustTest, ForkAndExecWhileGoroutinesRun) {
   EXPECT_TRUE(pong_ok) << "a ping-pong reply was wrong";
   EXPECT_GT(rounds_during_forks, 0) << "the ping-pong goroutines did not run while the forks went on";
   EXPECT_EQ(spin_result, expected);
-  EXPECT_GT(spin_preemptions, 0u) << "the spinner was never preempted";
+  if (!goro_test::kTsanBuild) {
+    EXPECT_GT(spin_preemptions, 0u) << "the spinner was never preempted";
+  }
 }
 
 }  // namespace

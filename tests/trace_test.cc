@@ -520,6 +520,7 @@ TEST(TraceTest, EventsMatchAKnownWorkload) {
 // them. Two are already running when the trace starts.
 
 TEST(TraceTest, PreemptionsAndGoroutinesRunningAtStart) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // the spinners make no call
   const std::string path = TempPath("preempt");
   goro::Stats before{}, after{};
   RunBounded([&] {
