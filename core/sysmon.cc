@@ -22,8 +22,13 @@
 //     This costs about 900 wake-ups a second while goroutines run.
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
-// least 250 us) in observation mode; after asking a goroutine to yield, 50 us
-// (doubling while the request goes unanswered). Go's rule - 20 us after any
+// least 250 us) in observation mode. After asking a goroutine to yield, in
+// observation mode 50 us (doubling while the request goes unanswered); with
+// stamps one slice, since the stamp of the slice that follows times it -
+// only a request found unanswered at that look brings the 50 us retries.
+// One look per stamped slice also needs a CPU-time verdict at that look:
+// SampleCpu compares with the previous look's sample of the same M, even if
+// that was in the slice before. Go's rule - 20 us after any
 // action, doubling only after 50 idle rounds - wakes about 60 times per slice
 // beside a single hog; each wake-up costs tens of microseconds in a VM. When
 // every P is idle it sleeps until AcquireP wakes it (WakeSysmon).
@@ -73,11 +78,15 @@ struct PState {
   CpuReading fresh;  // SampleCpu's latest reading, whatever the slice
   uint32_t tick = 0;
   uint64_t start_tsc = 0;
-  // The last sample of the M's CPU time, and the slice it was taken in.
+  // The last sample of an M's CPU time: which M, and the slice it was taken in.
+  M* cpu_m = nullptr;
   uint32_t cpu_tick = 0;
-  bool cpu_valid = false;
   int64_t cpu_ns = 0;
   int64_t cpu_wall = 0;
+  // The slice sysmon last asked to end (stamped slices: a second request for
+  // the same slice means the first went unanswered).
+  uint32_t asked_tick = 0;
+  bool asked = false;
   uint32_t syscalltick = 0;
   int64_t syscall_since = 0;  // when sysmon first saw this blocking region
 };
@@ -106,25 +115,33 @@ bool AsleepInKernel(pid_t tid) {
 
 
 
-// Samples the CPU time of m's thread; compares with the previous sample of
-// the same slice. Under 1/8 of a CPU over at least 20 us: asleep in the
-// kernel (or descheduled; handing its P on is harmless then too). On a CPU
-// over the last 20-200 us: running, and safe to signal.
+// Samples the CPU time of m's thread and compares it with the previous
+// sample of the same M, at least 20 us old.
+//   - At least 1/8 of a CPU over the interval: running. The interval may span
+//     slices (one sample per look then serves both the verdict and the next
+//     baseline, and a short slice needs one look, at its end). The thread may
+//     have entered a blocking call since; whoever acts on kRunning with a
+//     signal checks that it is still on a CPU right before (StillOnCpu).
+//   - Less, within one slice: asleep in the kernel (or descheduled; handing
+//     its P on is harmless then too).
+//   - Less across slices: unknown; the M may have idled between them.
 Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
   timespec ts;
   if (clock_gettime(m->cpu_clock, &ts) != 0) return Verdict::kUnknown;
   int64_t cpu = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
   s.fresh = CpuReading{cpu, Nanotime()};
   Verdict v = Verdict::kUnknown;
-  int64_t dw = now - s.cpu_wall;
-  if (s.cpu_valid && s.cpu_tick == tick && dw >= 20 * 1000) {
-    // Ran most of the interval: running. It may have entered a blocking call
-    // since; whoever acts on kRunning with a signal checks that it is still
-    // on a CPU right before (StillOnCpu).
-    v = (cpu - s.cpu_ns) * 8 < dw ? Verdict::kBlocked : Verdict::kRunning;
+  const bool same_m = s.cpu_m == m;
+  const int64_t dw = now - s.cpu_wall;
+  if (same_m && dw >= 20 * 1000) {
+    if ((cpu - s.cpu_ns) * 8 >= dw) {
+      v = Verdict::kRunning;
+    } else if (s.cpu_tick == tick) {
+      v = Verdict::kBlocked;
+    }
   }
-  if (!(s.cpu_valid && s.cpu_tick == tick && now - s.cpu_wall < 20 * 1000)) {
-    s.cpu_valid = true;
+  if (!(same_m && s.cpu_tick == tick && dw < 20 * 1000)) {
+    s.cpu_m = m;
     s.cpu_tick = tick;
     s.cpu_ns = cpu;
     s.cpu_wall = now;
@@ -190,6 +207,13 @@ void SysmonLoop() {
   const int64_t max_sleep =
       stamped ? std::min<int64_t>(10 * 1000 * 1000, slice)
               : std::max<int64_t>(slice / kObservePerSlice, kObserveMinNs);
+  // Stamped slices may be ended this much early by a look that comes then
+  // anyway. After a request sysmon sleeps one slice, not until the next
+  // slice's stamp (which comes a few microseconds later, once the goroutine
+  // has stopped), so its next look comes that much before the next slice's
+  // end: ending it there makes the slices exactly one time_slice apart with
+  // one wake-up each, instead of two (the look and a short sleep to the end).
+  const int64_t early = stamped ? std::min<int64_t>(slice / 8, kSysmonRecheckNs) : 0;
   int64_t retry = kSysmonRecheckNs;  // grows while a request goes unanswered
   int64_t sleep = max_sleep;
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
@@ -234,7 +258,7 @@ void SysmonLoop() {
       if (last != 0 && now - last > kNetpollEveryNs) InjectGList(Netpoll(0));
     }
     uint64_t now_tsc = arch::ReadTsc();
-    bool asked = false;
+    bool recheck = false;  // look again soon: see the end of the loop
     int64_t until_expiry = max_sleep;
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = sched.allp[i];
@@ -310,9 +334,14 @@ void SysmonLoop() {
         if (TryRevokeP(p, m, g, tick)) revoked_ms.push_back(RevokedM{m, g, {}});
         continue;
       }
-      if (ran >= slice) {
-        if (v == Verdict::kRunning) {
-          if (PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) asked = true;
+      if (ran >= slice - early) {
+        if (v == Verdict::kRunning && PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) {
+          // Observed slices need a look soon after every request, to time
+          // the slice that follows; stamped ones only when a request for
+          // this slice went unanswered.
+          if (!stamped || (ps[i].asked && ps[i].asked_tick == tick)) recheck = true;
+          ps[i].asked = true;
+          ps[i].asked_tick = tick;
         } else if (v == Verdict::kUnknown) {
           until_expiry = std::min(until_expiry, kSysmonRecheckNs);  // sample again soon
         }
@@ -340,7 +369,7 @@ void SysmonLoop() {
       until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
       ++k;
     }
-    if (asked) {
+    if (recheck) {
       // Look again soon: to time the slice that follows the preemption (in
       // observation mode), and to signal again if the goroutine was at a
       // point where it could not stop. Back off while it stays unanswered.
