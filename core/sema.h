@@ -29,6 +29,11 @@ void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff);
 // n releases at once, with the same guarantee for every one of them.
 void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff);
 
+// Test seam (tests/sync_test.cc): when set, Mutex::Unlock calls it after it
+// has released the lock and before it wakes a waiter, the last point at
+// which it touches the Mutex. Unset outside that test.
+extern std::atomic<void (*)()> mutex_unlock_wake_hook;
+
 }  // namespace goro::internal
 
 #endif  // GORO_CORE_SEMA_H_

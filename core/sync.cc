@@ -9,6 +9,10 @@
 
 namespace goro {
 
+namespace internal {
+std::atomic<void (*)()> mutex_unlock_wake_hook{nullptr};
+}  // namespace internal
+
 using internal::Nanotime;
 using internal::WaitReason;
 
@@ -154,27 +158,43 @@ void Mutex::LockSlow() {
 }
 
 void Mutex::Unlock() {
-  int32_t next = state_.fetch_sub(kLocked, std::memory_order_release) - kLocked;
-  if (next != 0) UnlockSlow(next);
+  int32_t old = kLocked;
+  if (!state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) {
+    UnlockSlow(old);
+  }
 }
 
-void Mutex::UnlockSlow(int32_t next) {
+// Unlike Go's unlock, which frees the lock and then picks a waiter to wake,
+// this picks the waiter in the same step that frees the lock. Go's order lets
+// a newcomer take the lock in between and wake the same waiter on its own
+// Unlock; that waiter may then destroy the Mutex while the first Unlock is
+// still to touch it. Here a waiter's Lock returns only after the semaphore
+// release that wakes it, which touches the Mutex last.
+void Mutex::UnlockSlow(int32_t old) {
   internal::RuntimeScope scope;
-  if (((next + kLocked) & kLocked) == 0) internal::FatalG("sync: unlock of unlocked mutex");
-  if ((next & kStarving) == 0) {
-    int32_t old = next;
-    for (;;) {
-      // Nobody to wake, or someone already woken or holding it.
-      if ((old >> kWaiterShift) == 0 || (old & (kLocked | kWoken | kStarving)) != 0) return;
-      int32_t n = (old - (1 << kWaiterShift)) | kWoken;
-      if (state_.compare_exchange_weak(old, n, std::memory_order_release)) {
+  for (;;) {
+    if ((old & kLocked) == 0) internal::FatalG("sync: unlock of unlocked mutex");
+    if (old & kStarving) {
+      // Starvation mode, which only a waiter can end, and only after this
+      // hand-off: newcomers do not take the lock meanwhile, so nobody's Lock
+      // returns before the first waiter's, which the release makes.
+      state_.fetch_sub(kLocked, std::memory_order_release);
+      internal::SemRelease(&sema_, &waiters_, true);
+      return;
+    }
+    // Wake a waiter unless none sleeps or one is awake already (spinning, or
+    // woken and not yet back).
+    bool wake = (old >> kWaiterShift) != 0 && (old & kWoken) == 0;
+    int32_t next = old & ~kLocked;
+    if (wake) next = (next - (1 << kWaiterShift)) | kWoken;
+    if (state_.compare_exchange_weak(old, next, std::memory_order_release, std::memory_order_relaxed)) {
+      if (wake) {
+        if (auto hook = internal::mutex_unlock_wake_hook.load(std::memory_order_relaxed)) hook();
         internal::SemRelease(&sema_, &waiters_, false);
-        return;
       }
+      return;
     }
   }
-  // Starvation mode: hand the mutex to the first waiter.
-  internal::SemRelease(&sema_, &waiters_, true);
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sema.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -410,6 +411,79 @@ TEST(MutexTest, StarvationModeLetsABlockedWaiterIn) {
     // Bounded: each acquisition should take a few ms; allow a lot for the noise.
     EXPECT_LT(took, absl::Seconds(20)) << "the waiter starved";
   });
+}
+
+// A Mutex may be destroyed by whoever holds it last, as a std::mutex may (the
+// usual pattern: an object with a reference count under its own lock, freed
+// by the goroutine that drops the count to zero), even while another
+// goroutine's Unlock has not returned yet. So no Lock may return while an
+// Unlock still has the Mutex to touch. The seam stops the unlocker at its last
+// touch (about to wake the waiter) for up to 200 ms, while a third goroutine
+// locks and unlocks: that must not let the waiter in. Go's order (release,
+// then choose a waiter to wake) lets it in: the third goroutine's Unlock
+// wakes the waiter, which may then destroy the Mutex under the first Unlock.
+namespace lastwake {
+std::atomic<bool> hook_ran{false};
+std::atomic<bool> go_barger{false};
+std::atomic<bool> barger_done{false};
+std::atomic<bool> waiter_in{false};
+std::atomic<bool> waiter_in_during_hook{false};
+std::atomic<bool> barger_done_during_hook{false};
+
+// Runs inside the unlocker's Unlock; a plain spin (no runtime call) while the
+// other P runs the barger and, if it is let in, the waiter.
+void Hook() {
+  if (hook_ran.exchange(true)) return;
+  go_barger = true;
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  while (!barger_done.load() && !waiter_in.load() && Clock::now() - start < std::chrono::milliseconds(200)) {
+  }
+  auto done = Clock::now();  // give a waiter the barger woke time to get in
+  while (!waiter_in.load() && Clock::now() - done < std::chrono::milliseconds(20)) {
+  }
+  waiter_in_during_hook = waiter_in.load();
+  barger_done_during_hook = barger_done.load();
+}
+}  // namespace lastwake
+
+TEST(MutexTest, NoLockReturnsBeforeTheUnlockThatWakesItIsDone) {
+  using namespace lastwake;
+  bool tried = false;
+  RunBounded([&] {
+    for (int attempt = 0; attempt < 10 && !hook_ran.load(); ++attempt) {
+      auto mu = std::make_unique<goro::Mutex>();
+      go_barger = barger_done = waiter_in = false;
+      mu->Lock();
+      goro::WaitGroup wg;
+      wg.Add(2);
+      goro::Go([&] {  // the waiter: parks in Lock
+        mu->Lock();
+        waiter_in = true;
+        mu->Unlock();
+        wg.Done();
+      });
+      goro::Go([&] {  // the barger: runs on the other P while the unlocker is held
+        while (!go_barger.load()) goro::Yield();
+        mu->Lock();
+        mu->Unlock();
+        barger_done = true;
+        wg.Done();
+      });
+      goro::SleepFor(absl::Milliseconds(20));  // the waiter is parked by now (almost always)
+      goro::internal::mutex_unlock_wake_hook.store(&Hook);
+      mu->Unlock();
+      goro::internal::mutex_unlock_wake_hook.store(nullptr);
+      go_barger = true;  // the hook did not run: no waiter was parked yet
+      wg.Wait();
+      tried = true;
+    }
+  });
+  ASSERT_TRUE(tried);
+  ASSERT_TRUE(hook_ran.load()) << "the unlocker never found a parked waiter to wake";
+  ASSERT_TRUE(barger_done_during_hook.load()) << "the barger did not lock and unlock while the unlocker was held";
+  EXPECT_FALSE(waiter_in_during_hook.load())
+      << "a waiter took the Mutex while the Unlock that freed it was still to wake it";
 }
 
 // ---------------------------------------------------------------------------

@@ -49,11 +49,12 @@ class WaitGroup {
 // waiter blocked for more than 1 ms switches the mutex to FIFO hand-off until
 // the queue drains. Not recursive. Unlocking an unlocked Mutex is a fatal error.
 // The lower-case names let std::lock_guard and std::unique_lock use it.
-// Destroy a Mutex only once every Lock and Unlock call on it has returned:
-// Unlock frees the lock first and then, if goroutines wait, goes on to wake
-// one, touching the Mutex after another goroutine could already have taken
-// it (Go's algorithm, which Go's garbage collector makes safe). A WaitGroup,
-// in contrast, may be destroyed as soon as Wait returns.
+// As with std::mutex, a Mutex may be destroyed as soon as it is unlocked and
+// no goroutine is in (or will call) Lock, even if another goroutine's Unlock
+// has not returned yet: an Unlock that still has a waiter to wake holds that
+// waiter's Lock back until it is done with the Mutex. (Go's Unlock frees the
+// lock before it picks a waiter, which only its garbage collector makes safe.)
+// A WaitGroup may be destroyed as soon as Wait returns.
 class Mutex {
  public:
   Mutex() = default;
