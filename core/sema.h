@@ -33,6 +33,9 @@ void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool ha
 // has released the lock and before it wakes a waiter, the last point at
 // which it touches the Mutex. Unset outside that test.
 extern std::atomic<void (*)()> mutex_unlock_wake_hook;
+// The same for CondVar::Signal and SignalAll: called once a waiter has been
+// chosen, before the signaller's last touch of the CondVar.
+extern std::atomic<void (*)()> condvar_signal_hook;
 
 }  // namespace goro::internal
 

@@ -11,6 +11,7 @@ namespace goro {
 
 namespace internal {
 std::atomic<void (*)()> mutex_unlock_wake_hook{nullptr};
+std::atomic<void (*)()> condvar_signal_hook{nullptr};
 }  // namespace internal
 
 using internal::Nanotime;
@@ -256,19 +257,26 @@ bool CommitCondVarPark(internal::G*, void* arg) {
 
 // Friend-free access to the private queue: the timer callback and the
 // signallers share these helpers through CondVar's public Waiter type.
+//
+// A waiter may destroy the CondVar as soon as its Wait returns, so a waker
+// makes a parked waiter runnable only after dropping lock_, its last touch of
+// the CondVar: WakeLocked returns the goroutine to Ready then. (A waiter
+// that has not parked yet sees `woken` under lock_ and does not park.)
 struct CondVarAccess {
-  static void WakeLocked(CondVar* cv, CondVar::Waiter* w, bool signalled) {
+  static internal::G* WakeLocked(CondVar* cv, CondVar::Waiter* w, bool signalled) {
     Unlink(cv->head_, cv->tail_, w);
     w->woken = true;
     w->signalled = signalled;
-    if (w->parked) internal::Ready(w->g);
+    return w->parked ? w->g : nullptr;
   }
   static void Timeout(internal::Timer* t) {
     auto* w = static_cast<CondVar::Waiter*>(t->arg);
     CondVar* cv = w->cv;
+    internal::G* g = nullptr;
     internal::LockWord(cv->lock_);
-    if (w->queued) WakeLocked(cv, w, false);
+    if (w->queued) g = WakeLocked(cv, w, false);
     internal::UnlockWord(cv->lock_);
+    if (g != nullptr) internal::Ready(g);
   }
 };
 
@@ -315,16 +323,37 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
 
 void CondVar::Signal() {
   internal::RuntimeScope scope;
+  internal::G* g = nullptr;
   internal::LockWord(lock_);
-  if (head_ != nullptr) CondVarAccess::WakeLocked(this, head_, true);
+  if (head_ != nullptr) g = CondVarAccess::WakeLocked(this, head_, true);
+  if (auto hook = internal::condvar_signal_hook.load(std::memory_order_relaxed)) hook();
   internal::UnlockWord(lock_);
+  if (g != nullptr) internal::Ready(g);
 }
 
 void CondVar::SignalAll() {
   internal::RuntimeScope scope;
+  // The parked waiters in queue order, chained through their records' `next`
+  // (free once unlinked); a record stays valid until its goroutine is made
+  // runnable.
+  Waiter* parked = nullptr;
+  Waiter* last = nullptr;
   internal::LockWord(lock_);
-  while (head_ != nullptr) CondVarAccess::WakeLocked(this, head_, true);
+  while (head_ != nullptr) {
+    Waiter* w = head_;
+    if (CondVarAccess::WakeLocked(this, w, true) != nullptr) {
+      (last != nullptr ? last->next : parked) = w;
+      last = w;
+    }
+  }
+  if (auto hook = internal::condvar_signal_hook.load(std::memory_order_relaxed)) hook();
   internal::UnlockWord(lock_);
+  while (parked != nullptr) {
+    Waiter* next = parked->next;
+    internal::G* g = parked->g;
+    internal::Ready(g);
+    parked = next;
+  }
 }
 
 }  // namespace goro

@@ -489,6 +489,71 @@ TEST(MutexTest, NoLockReturnsBeforeTheUnlockThatWakesItIsDone) {
 // ---------------------------------------------------------------------------
 // CondVar
 
+// Likewise a CondVar may be destroyed by a waiter as soon as its Wait returns
+// (POSIX's rule), even if the Signal that woke it, made without the mutex
+// held, has not returned yet. The seam stops the signaller at its last touch
+// for up to 200 ms: the waiter must not get out of Wait meanwhile. Making the
+// waiter runnable before dropping the CondVar's own lock lets it out.
+namespace lastsignal {
+std::atomic<bool> hook_ran{false};
+std::atomic<bool> waiter_out{false};
+std::atomic<bool> waiter_out_during_hook{false};
+
+void Hook() {
+  if (hook_ran.exchange(true)) return;
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  while (!waiter_out.load() && Clock::now() - start < std::chrono::milliseconds(200)) {
+  }
+  waiter_out_during_hook = waiter_out.load();
+}
+}  // namespace lastsignal
+
+void SignalWithoutTheMutexWhileStopped(bool all) {
+  using namespace lastsignal;
+  hook_ran = waiter_out_during_hook = false;
+  RunBounded([&] {
+    for (int attempt = 0; attempt < 10 && !hook_ran.load(); ++attempt) {
+      goro::Mutex mu;
+      auto cv = std::make_unique<goro::CondVar>();
+      bool ready = false;
+      std::atomic<bool> waiting{false};
+      waiter_out = false;
+      goro::WaitGroup wg;
+      wg.Add(1);
+      goro::Go([&] {
+        mu.Lock();
+        waiting = true;
+        while (!ready) cv->Wait(mu);
+        mu.Unlock();
+        waiter_out = true;
+        wg.Done();
+      });
+      while (!waiting.load()) goro::Yield();
+      goro::SleepFor(absl::Milliseconds(20));  // parked in Wait by now (almost always)
+      mu.Lock();
+      ready = true;
+      mu.Unlock();
+      goro::internal::condvar_signal_hook.store(&Hook);
+      if (all) {
+        cv->SignalAll();  // without the mutex
+      } else {
+        cv->Signal();
+      }
+      goro::internal::condvar_signal_hook.store(nullptr);
+      wg.Wait();
+    }
+  });
+  ASSERT_TRUE(hook_ran.load()) << "the signaller never found a waiter";
+  EXPECT_FALSE(waiter_out_during_hook.load())
+      << "a waiter left Wait while the " << (all ? "SignalAll" : "Signal")
+      << " that woke it still had the CondVar to touch";
+}
+
+TEST(CondVarTest, NoWaitReturnsBeforeTheSignalThatWakesItIsDone) { SignalWithoutTheMutexWhileStopped(false); }
+
+TEST(CondVarTest, NoWaitReturnsBeforeTheSignalAllThatWakesItIsDone) { SignalWithoutTheMutexWhileStopped(true); }
+
 TEST(CondVarTest, WaitAndSignalProducerConsumer) {
   RunBounded([] {
     goro::Mutex mu;

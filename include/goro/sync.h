@@ -83,6 +83,9 @@ class Mutex {
 // A condition variable (Go's sync.Cond with the mutex passed to Wait).
 // Wait and WaitFor must be called with `mu` held; they release it while
 // blocked and hold it again when they return. Signal wakes the longest waiter.
+// Signal and SignalAll may be called with or without `mu` held. As POSIX
+// allows, a waiter may destroy the CondVar once its Wait has returned, even
+// if the Signal that woke it has not.
 class CondVar {
  public:
   CondVar() = default;
