@@ -436,6 +436,10 @@ bool RevocationAvailable();
 void HandoffP(P* p);
 // Wakes sysmon if it sleeps until work appears.
 void WakeSysmon();
+// Wakes sysmon whatever it sleeps for, so that it asks again soon: the
+// preemption handler could not take a request. Async-signal-safe (a store
+// and a futex wake).
+void WakeSysmonToRetry();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
 // Asks the goroutine running on p to yield, if p is still in the slice

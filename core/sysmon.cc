@@ -23,9 +23,10 @@
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
 // least 250 us) in observation mode. After asking a goroutine to yield, in
-// observation mode 50 us (doubling while the request goes unanswered); with
-// stamps one slice, since the stamp of the slice that follows times it -
-// only a request found unanswered at that look brings the 50 us retries.
+// observation mode 50 us, to time the slice that follows; with stamps one
+// slice, since the stamp of the slice that follows times it. A request the
+// signal handler had to refuse (library code, signals blocked) wakes sysmon
+// at once to ask again, then again after 50 us, doubling, per P.
 // One look per stamped slice also needs a CPU-time verdict at that look:
 // SampleCpu compares with the previous look's sample of the same M, even if
 // that was in the slice before. Go's rule - 20 us after any
@@ -83,10 +84,13 @@ struct PState {
   uint32_t cpu_tick = 0;
   int64_t cpu_ns = 0;
   int64_t cpu_wall = 0;
-  // The slice sysmon last asked to end (stamped slices: a second request for
-  // the same slice means the first went unanswered).
+  // The slice sysmon last asked to end; a second request for the same slice
+  // means the first went unanswered. Repeats wait until retry_at, with
+  // retry_delay doubling from kSysmonRecheckNs.
   uint32_t asked_tick = 0;
   bool asked = false;
+  int64_t retry_at = 0;
+  int64_t retry_delay = 0;
   uint32_t syscalltick = 0;
   int64_t syscall_since = 0;  // when sysmon first saw this blocking region
 };
@@ -214,7 +218,6 @@ void SysmonLoop() {
   // end: ending it there makes the slices exactly one time_slice apart with
   // one wake-up each, instead of two (the look and a short sleep to the end).
   const int64_t early = stamped ? std::min<int64_t>(slice / 8, kSysmonRecheckNs) : 0;
-  int64_t retry = kSysmonRecheckNs;  // grows while a request goes unanswered
   int64_t sleep = max_sleep;
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
   const int64_t trace_every = sched.schedtrace_ns;
@@ -335,13 +338,27 @@ void SysmonLoop() {
         continue;
       }
       if (ran >= slice - early) {
-        if (v == Verdict::kRunning && PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) {
-          // Observed slices need a look soon after every request, to time
-          // the slice that follows; stamped ones only when a request for
-          // this slice went unanswered.
-          if (!stamped || (ps[i].asked && ps[i].asked_tick == tick)) recheck = true;
-          ps[i].asked = true;
-          ps[i].asked_tick = tick;
+        // A request the goroutine could not take (the signal came in library
+        // code, or with signals blocked) wakes sysmon from the handler
+        // (WakeSysmonToRetry), and the next request may follow at once;
+        // later ones back off, and a look at retry_delay covers requests
+        // that wake nobody.
+        const bool again = ps[i].asked && ps[i].asked_tick == tick;
+        if (v == Verdict::kRunning && again && now < ps[i].retry_at) {
+          until_expiry = std::min(until_expiry, ps[i].retry_at - now);
+        } else if (v == Verdict::kRunning && PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) {
+          if (again) {
+            ps[i].retry_delay = std::min(ps[i].retry_delay * 2, max_sleep);
+            ps[i].retry_at = now + ps[i].retry_delay;
+            until_expiry = std::min(until_expiry, ps[i].retry_delay);
+          } else {
+            ps[i].asked = true;
+            ps[i].asked_tick = tick;
+            ps[i].retry_delay = kSysmonRecheckNs / 2;
+            ps[i].retry_at = now;
+            // An observed slice needs a look soon after, to time the next.
+            if (!stamped) recheck = true;
+          }
         } else if (v == Verdict::kUnknown) {
           until_expiry = std::min(until_expiry, kSysmonRecheckNs);  // sample again soon
         }
@@ -369,16 +386,9 @@ void SysmonLoop() {
       until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
       ++k;
     }
-    if (recheck) {
-      // Look again soon: to time the slice that follows the preemption (in
-      // observation mode), and to signal again if the goroutine was at a
-      // point where it could not stop. Back off while it stays unanswered.
-      sleep = std::min(retry, until_expiry);
-      retry = std::min(retry * 2, max_sleep);
-    } else {
-      sleep = until_expiry;
-      retry = kSysmonRecheckNs;
-    }
+    // In observation mode, look again soon after a request, to time the
+    // slice that follows.
+    sleep = recheck ? std::min(kSysmonRecheckNs, until_expiry) : until_expiry;
   }
 }
 
@@ -423,6 +433,8 @@ bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
 void WakeSysmon() {
   if (sched.sysmon_deep.load(std::memory_order_seq_cst)) sched.sysmon_note.Wakeup();
 }
+
+void WakeSysmonToRetry() { sched.sysmon_note.Wakeup(); }
 
 void StartSysmon() {
   pthread_attr_t attr;

@@ -27,7 +27,8 @@
 //   - the stack pointer is on the goroutine's stack, with room below the red
 //     zone for the trampoline's frame.
 // Otherwise the request stays in stackguard0: the goroutine yields at its next
-// safe point, and sysmon signals again if it does not.
+// safe point, and sysmon signals again if it does not - at once when the last
+// three rules refused it (the handler wakes sysmon), then with back-off.
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -86,7 +87,12 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
     errno = saved_errno;
     return;
   }
+  // Refused below: the request stays in stackguard0, and sysmon is woken to
+  // signal again (with back-off) rather than at its next look, up to a slice
+  // later. Refusals above need no retry: the runtime code or the switch in
+  // progress reaches a point that honours the request by itself.
   if (InterruptedWithSignalsBlocked(uc)) {
+    WakeSysmonToRetry();
     errno = saved_errno;
     return;
   }
@@ -94,6 +100,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   uintptr_t sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
   if (!PreemptiblePc(pc) || sp > g->stack.hi ||
       sp < g->stack.lo + 128 + TrampolineRoom() + 4096) {
+    WakeSysmonToRetry();
     errno = saved_errno;
     return;
   }
