@@ -306,9 +306,8 @@ class JsonOut {
     return Phase('X', tid);
   }
   JsonOut& Ts(absl::string_view key, int64_t ns) {
-    Put(",\"");
-    Put(key);
-    Put("\":");
+    Put(",");
+    Key(key);
     PutMicros(ns);
     return *this;
   }
@@ -317,25 +316,21 @@ class JsonOut {
     return *this;
   }
   JsonOut& Int(absl::string_view key, int64_t v) {
-    Put("\"");
-    Put(key);
-    Put("\":");
+    Key(key);
     PutInt(v);
     return *this;
   }
   JsonOut& Str(absl::string_view key, absl::string_view v) {
+    Key(key);
     Put("\"");
-    Put(key);
-    Put("\":\"");
     Put(v);
     Put("\"");
     return *this;
   }
   // "key":"P<id>"
   JsonOut& PName(absl::string_view key, int64_t id) {
-    Put("\"");
-    Put(key);
-    Put("\":\"P");
+    Key(key);
+    Put("\"P");
     PutInt(id);
     Put("\"");
     return *this;
@@ -367,6 +362,12 @@ class JsonOut {
     Put("\",\"pid\":1,\"tid\":");
     PutInt(tid);
     return *this;
+  }
+  // "key":
+  void Key(absl::string_view key) {
+    Put("\"");
+    Put(key);
+    Put("\":");
   }
   void Put(absl::string_view s) {
     if (len_ + s.size() > kCap) Flush();  // only a long header line gets here
