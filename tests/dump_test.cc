@@ -80,11 +80,18 @@ TEST(DumpTest, UnwindingStillBelongsToLibgcc) {
     goro::DumpGoroutines(out);
     goro::Chan<std::exception_ptr> handoff(1);
     goro::Go([handoff]() mutable {
+      // Sent after the catch block: leaving it drops the thrower's hold on
+      // the exception, and that must come before the send, or the thrower
+      // may be the last holder and free it with no order TSan can see
+      // against the other goroutine's read (libstdc++'s reference count is
+      // not instrumented).
+      std::exception_ptr e;
       try {
         ThrowFromDepth(40);
       } catch (...) {
-        handoff.Send(std::current_exception());
+        e = std::current_exception();
       }
+      handoff.Send(std::move(e));
     });
     std::exception_ptr ep = handoff.Recv().value_or(nullptr);
     goro::WaitGroup wg;
