@@ -257,9 +257,11 @@ TEST(SchedTest, RepeatedRunFromAThreadDoesNotGrowTheHeap) {
                                       << " Runs from a thread";
 }
 
+// Under TSan a goroutine's first run creates a TSan fiber, which made this
+// take 28-46 s there (60 s is the bound): it starts a fifth as many.
 TEST(SchedTest, OneHundredThousandGoroutines) {
   RunBounded([] {
-    constexpr int kGoroutines = 100000;
+    constexpr int kGoroutines = goro_test::kTsanBuild ? 20000 : 100000;
     std::atomic<int> ran{0};
     goro::WaitGroup wg;
     wg.Add(kGoroutines);
