@@ -29,9 +29,11 @@
 // at once to ask again, then again after 50 us, doubling, per P.
 // One look per stamped slice also needs a CPU-time verdict at that look:
 // SampleCpu compares with the previous look's sample of the same M, even if
-// that was in the slice before. Go's rule - 20 us after any
-// action, doubling only after 50 idle rounds - wakes about 60 times per slice
-// beside a single hog; each wake-up costs tens of microseconds in a VM. When
+// that was in the slice before.
+//
+// Go's rule - 20 us after any action, doubling only after 50 idle rounds -
+// wakes about 60 times per slice beside a single hog; each wake-up costs
+// tens of microseconds in a VM. When
 // every P is idle it sleeps until AcquireP wakes it (WakeSysmon).
 #include <pthread.h>
 #include <signal.h>
@@ -214,9 +216,9 @@ void SysmonLoop() {
   // Stamped slices may be ended this much early by a look that comes then
   // anyway. After a request sysmon sleeps one slice, not until the next
   // slice's stamp (which comes a few microseconds later, once the goroutine
-  // has stopped), so its next look comes that much before the next slice's
-  // end: ending it there makes the slices exactly one time_slice apart with
-  // one wake-up each, instead of two (the look and a short sleep to the end).
+  // has stopped), so its next look may come that much before the next
+  // slice's end: ending the slice there, rather than sleeping again for the
+  // few microseconds left, keeps it to one wake-up per slice instead of two.
   const int64_t early = stamped ? std::min<int64_t>(slice / 8, kSysmonRecheckNs) : 0;
   int64_t sleep = max_sleep;
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
