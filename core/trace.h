@@ -1,9 +1,9 @@
 // The scheduler's hooks for the event trace (include/goro/trace.h).
 //
 // Each hook is one acquire load of `trace::on` (a plain load on x86) and a
-// branch predicted not taken; only while a trace runs does it call into core/trace.cc, which stamps
-// the event and appends it to a fixed-size binary buffer. Formatting (JSON)
-// and I/O happen on a background thread, never here.
+// branch predicted not taken; only while a trace runs does it call into
+// core/trace.cc, which stamps the event and appends it to a fixed-size binary
+// buffer. Formatting (JSON) and I/O happen on a background thread, never here.
 //
 // Ownership. A hook that names a P writes into that P's buffer, so it must run
 // on the P's owner: g0 of the M holding it, or a goroutine inside a runtime

@@ -80,7 +80,7 @@ void Mutex::Await(const Condition& cond) {
     Mutex* mu;
     const Condition* cond;
   } w{this, &cond};
-  const Condition acquiring(
+  const Condition bracketed(
       +[](Wrapped* w) {
         __tsan_acquire(w->mu);
         bool holds = w->cond->Eval();
@@ -89,7 +89,7 @@ void Mutex::Await(const Condition& cond) {
       },
       &w);
   __tsan_release(this);
-  real(this, acquiring);
+  real(this, bracketed);
   __tsan_acquire(this);
 }
 
