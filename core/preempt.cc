@@ -91,8 +91,14 @@ NoPreemptScope::NoPreemptScope() {
   internal::G* g = internal::CurrentGoroutine();
   g_ = g;
   if (g == nullptr) return;
-  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  int32_t n = g->preempt_off.load(std::memory_order_relaxed);
+  g->preempt_off.store(n + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  // As in RuntimeScope: runtime entries inside the scope see preempt_off
+  // raised and do not check the P again, so check it here. The goroutine
+  // may have blocked outside the runtime since its last entry, and sysmon
+  // may have handed its P to another M.
+  if (n == 0) internal::EnsurePAfterEntry(g);
 }
 
 NoPreemptScope::~NoPreemptScope() {

@@ -247,6 +247,72 @@ TEST(SyscallTest, MarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(Bl
 
 TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(BlockedReaderChild(false)); }
 
+// A goroutine whose P was taken away while it blocked in an unmarked call,
+// and whose first step afterwards is a NoPreemptScope, must still get a P of
+// its own before it runs runtime code: the scope raises preempt_off, and
+// later runtime entries inside it do not check the P again. On 1 P the
+// goroutine then holds the only P, so while it spins inside the scope the
+// counting goroutine cannot move.
+//
+// Fails without NoPreemptScope checking the P: Yield inside the scope runs
+// on the P that sysmon handed to another M, two Ms run goroutines of one P,
+// and the counter advances during the spin (or the run queue breaks).
+[[noreturn]] void ScopeAfterRevokedCallChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "NoPreemptScope after a revoked unmarked read");
+  static std::atomic<uint64_t> counter{0};
+  static std::atomic<bool> stop{false};
+  static std::atomic<bool> reader_blocking{false};
+  static int fds[2];
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  // A plain thread writes the pipe once sysmon has had ample time to revoke.
+  std::thread writer([] {
+    auto start = Now();
+    while (!reader_blocking.load() && Since(start) < absl::Seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    char c = 'x';
+    CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
+  });
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          uint64_t n = 0;
+          while (!stop.load(std::memory_order_relaxed)) {
+            counter.fetch_add(1, std::memory_order_relaxed);
+            if (++n % 1024 == 0) goro::Checkpoint();
+          }
+          wg.Done();
+        });
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+        reader_blocking = true;
+        char c;
+        ssize_t r = read(fds[0], &c, 1);  // deliberately unmarked
+        {
+          goro::NoPreemptScope no_preempt;  // the first goro call after the read
+          goro::Yield();
+          const uint64_t c0 = counter.load(std::memory_order_relaxed);
+          goro_test::Spin(absl::Milliseconds(50));
+          const uint64_t c1 = counter.load(std::memory_order_relaxed);
+          CHILD_CHECK(c1 - c0 < 1000,
+                      "the counter moved from %llu to %llu while this goroutine held the only P "
+                      "inside a NoPreemptScope: two Ms ran one P",
+                      U(c0), U(c1));
+        }
+        CHILD_CHECK(r == 1, "read returned %zd", r);
+        CHILD_CHECK(goro::GetStats().handoffs > handoffs0, "the P was not revoked during the read");
+        stop = true;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(10)));
+  writer.join();
+  ExitChild();
+}
+
+TEST(SyscallTest, NoPreemptScopeAfterARevokedCallGetsItsOwnP) { EXPECT_CHILD_OK(ScopeAfterRevokedCallChild()); }
+
 // ---------------------------------------------------------------------------
 // No EINTR caused by the runtime.
 //
