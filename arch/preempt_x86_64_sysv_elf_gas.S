@@ -11,6 +11,9 @@
  * The interrupted code expected no call here, so everything is saved: flags,
  * every general register, and the whole extended state (x87, MXCSR, XMM, YMM,
  * ZMM, opmask: whatever XCR0 enables) with XSAVE, sized at start-up from CPUID.
+ * Then the state the ABI promises at a call is made true before calling into
+ * the runtime: an empty x87 stack (FNINIT; the interrupted code may have been
+ * in the middle of x87 work) and DF clear.
  * The frame, as offsets from %rbp once it is set:
  *
  *   0x88  red zone of the interrupted code (128 bytes, untouched)
@@ -97,7 +100,9 @@ goro_async_preempt:
         movl    goro_xsave_mask(%rip), %eax  /* requested-feature bitmap, low */
         movl    goro_xsave_mask+4(%rip), %edx /* and high half */
         xsave64 (%rsp)                       /* x87, SSE, AVX, AVX-512 state */
-        cld                                  /* the ABI wants DF clear at calls */
+        fninit                               /* XSAVE leaves the x87 registers loaded: */
+                                             /* the ABI wants the x87 stack empty at calls */
+        cld                                  /* and DF clear */
         call    goro_async_preempt_go        /* park as runnable; returns on resume */
         movl    goro_xsave_mask(%rip), %eax
         movl    goro_xsave_mask+4(%rip), %edx

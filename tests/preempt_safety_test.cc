@@ -1081,6 +1081,78 @@ TEST(PreemptSafetyTest, RedZoneSurvivesPreemption) {
   EXPECT_CHILD_OK(LeafLoopChild(goro_test_spin_red_zone, "red zone"));
 }
 
+// The x87 register stack of an interrupted goroutine goes with it, not to
+// the next goroutine on its thread. A loop keeps 7 values on the x87 stack
+// while it spins (as a long double loop keeps its accumulators there); on one
+// P the main goroutine runs again only after that loop was interrupted, on
+// the same thread, and must find the x87 stack empty, as the ABI promises at
+// every call, and 1 + 1 computed there must be 2. Fails if the trampoline
+// switches away with the x87 registers still in use (XSAVE copies them but
+// leaves them loaded): the tag word is not 0xFFFF and, with 7 entries
+// leaked, the two pushes of 1 + 1 overflow the stack and give NaN.
+__attribute__((noinline)) uint64_t X87LoadedSpin(const std::atomic<bool>* stop, std::atomic<uint64_t>* laps) {
+  uint64_t n = 0;
+  asm volatile(
+      "fld1\n\tfld1\n\tfld1\n\tfld1\n\tfld1\n\tfld1\n\tfld1\n\t"
+      "1:\n\t"
+      "incq %0\n\t"
+      "movq %0, (%2)\n\t"
+      "cmpb $0, (%1)\n\t"
+      "je 1b\n\t"
+      "fstp %%st(0)\n\tfstp %%st(0)\n\tfstp %%st(0)\n\tfstp %%st(0)\n\t"
+      "fstp %%st(0)\n\tfstp %%st(0)\n\tfstp %%st(0)\n\t"
+      : "+r"(n)
+      : "r"(stop), "r"(laps)
+      : "memory", "cc", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)", "st(7)");
+  return n;
+}
+
+__attribute__((noinline)) uint16_t X87TagWord() {  // 0xFFFF: every register empty
+  unsigned char env[28];
+  asm volatile("fnstenv %0\n\tfldenv %0" : "=m"(env) : : "memory");
+  uint16_t tag;
+  memcpy(&tag, env + 8, sizeof tag);
+  return tag;
+}
+
+__attribute__((noinline)) long double X87OnePlusOne() {
+  long double r;
+  asm volatile("fld1\n\tfld1\n\tfaddp\n\tfstpt %0" : "=m"(r) : : "st", "st(1)");
+  return r;
+}
+
+[[noreturn]] void X87StackChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "x87 stack after preemption");
+  static std::atomic<bool> stop{false};
+  static std::atomic<uint64_t> laps{0};
+  static uint16_t tag = 0;
+  static long double two = 0;
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          X87LoadedSpin(&stop, &laps);
+          wg.Done();
+        });
+        while (laps.load(std::memory_order_relaxed) == 0) goro::Yield();
+        tag = X87TagWord();
+        two = X87OnePlusOne();
+        stop = true;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(1)));
+  CHILD_CHECK(tag == 0xFFFF, "x87 tag word 0x%04x after another goroutine was preempted: its registers "
+              "are still in use", tag);
+  CHILD_CHECK(two == 2.0L, "1 + 1 on the x87 stack gave %Lf", two);
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, X87StackStaysWithThePreemptedGoroutine) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(X87StackChild());
+}
+
 // ---------------------------------------------------------------------------
 // NoPreemptScope and ExcludeFromPreemption.
 //
