@@ -851,6 +851,9 @@ G* StopLockedM(M* m) {
   {
     absl::MutexLock lock(&sched.mu);
     sched.nmlocked++;  // StartLockedM un-counts it, before waking it
+    // This M may be the last to stop: the others went idle while it still
+    // counted as running, so their checks passed.
+    CheckDeadLocked();
   }
   m->park.Sleep();
   m->park.Clear();

@@ -125,6 +125,33 @@ TEST(DeadlockTest, NestedRunAllBlocked) {
 // ---------------------------------------------------------------------------
 // Not deadlocks.
 
+// A goroutine wired to its thread (LockOSThread) that blocks for good is as
+// stuck as any other. Fails (the watchdog's message instead of the report)
+// if the M that sleeps with its wired goroutine does not check for deadlock:
+// the other Ms went idle while it still counted as running, and it is the
+// last to stop.
+TEST(DeadlockTest, WiredGoroutineRecvForever) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::LockOSThread();
+                 goro::Chan<int> c;
+                 c.Recv();
+               }),
+               kDeadlock);
+}
+
+TEST(DeadlockTest, WiredGoroutineIsTheLastToBlock) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Chan<int> a, b;
+                 goro::Go([a]() mutable {
+                   goro::LockOSThread();
+                   goro::SleepFor(absl::Milliseconds(20));  // a timer, then none
+                   a.Recv();
+                 });
+                 b.Recv();
+               }),
+               kDeadlock);
+}
+
 TEST(DeadlockTest, SleepingGoroutineIsNotADeadlock) {
   EXPECT_EXIT(RunExpectingReturn([] {
                 goro::Chan<int> c;
