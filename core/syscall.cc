@@ -34,8 +34,12 @@ void EnterSyscall() {
   trace::SyscallEnter(p, g);
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
   p->syscalltick.store(p->syscalltick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  p->syscall_owner.store(m, std::memory_order_seq_cst);
   SetPStatusByOwner(p, P::Status::kSyscall);  // seq_cst CAS: see PreemptOne
+  // The owner last: sysmon may take the P as soon as it sees us here. Had it
+  // loaded our owner word in the previous region, its CAS can succeed in this
+  // one, and then it must find the status already kSyscall, or our CAS above
+  // would turn the kIdle it stores back into kSyscall.
+  p->syscall_owner.store(m, std::memory_order_seq_cst);
   // A preemption signal sysmon decided to send before it saw kSyscall must
   // arrive now, not during the call (see PreemptOne).
   while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
