@@ -924,9 +924,7 @@ void* MStart(void* arg) {
   m->eh = ThreadEhGlobals();
   MInitSignals(m);
   SanInitThreadContext(&m->g0san);
-  sigset_t none;
-  sigemptyset(&none);
-  pthread_sigmask(SIG_SETMASK, &none, nullptr);
+  pthread_sigmask(SIG_SETMASK, &m_sigmask, nullptr);
   P* p = m->next_p;
   m->next_p = nullptr;
   // Runtime code on g0 that runs out of memory (a run queue or the stack
@@ -1416,6 +1414,7 @@ void EnsureStarted(const Options& opts) {
       ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0,
       std::memory_order_relaxed);
   InstallSignalHandlers();
+  InitMSignalMask(o.async_preemption ? o.preempt_signal : 0);
   if (env.sigquit_dump) InstallQuitHandler();
   previous_terminate = std::set_terminate(OnTerminate);
   // Now rather than in a fatal error, which may strike inside the dynamic

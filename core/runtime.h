@@ -554,6 +554,14 @@ void InstallPreemptHandler(int sig);
 // its default action.
 extern __attribute__((tls_model("initial-exec"))) thread_local bool tls_in_io_write;
 void MInitSignals(M* m);  // on a new M's thread: sigaltstack
+// The signal mask every M runs with: that of the thread that started the
+// runtime (what a thread it created would inherit), less the signals the
+// runtime must receive (the preemption signal, synchronous faults). Set once
+// at start-up, before the first M; m_sigmask_bits is its kernel form for the
+// preemption handler.
+extern sigset_t m_sigmask;
+extern uint64_t m_sigmask_bits;
+void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption off
 
 inline void EnsurePAfterEntry(G* g) {
   M* m = CurrentM();

@@ -13,16 +13,17 @@
 //   - the M runs a goroutine (not g0) and is not halfway through a switch;
 //   - the goroutine is not in runtime code or a NoPreemptScope (preempt_off);
 //   - the preemption request is still pending (stackguard0 == kStackPreempt);
-//   - the interrupted code blocked no signal. Goroutines run with an empty
-//     mask, so a blocked signal means they were interrupted inside a signal
-//     handler of the program's (which blocks at least its own signal while it
-//     runs): parked there and resumed on another thread, the handler's
-//     sigreturn would install this thread's signal mask and alternate stack
-//     on that one (two threads on one alternate stack corrupt each other).
-//     A goroutine that blocks signals itself is not preempted by signal
-//     either: its mask belongs to its thread and would not follow it. (A
-//     handler installed with SA_NODEFER and an empty sa_mask cannot be told
-//     apart this way; such handlers must not be on goroutine threads.)
+//   - the interrupted code runs with its M's own signal mask (m_sigmask).
+//     A signal blocked beyond it means the goroutine was interrupted inside a
+//     signal handler of the program's (which blocks at least its own signal
+//     while it runs): parked there and resumed on another thread, the
+//     handler's sigreturn would install this thread's signal mask and
+//     alternate stack on that one (two threads on one alternate stack
+//     corrupt each other). A goroutine that changed its mask itself is not
+//     preempted by signal either: the mask belongs to its thread and would
+//     not follow it. (A handler installed with SA_NODEFER and an empty
+//     sa_mask cannot be told apart this way; such handlers must not be on
+//     goroutine threads.)
 //   - the PC is in preemptible code (core/preempt.cc);
 //   - the stack pointer is on the goroutine's stack, with room below the red
 //     zone for the trampoline's frame.
@@ -52,12 +53,13 @@ pid_t our_pid = 0;
 // registers, alignment, the XSAVE area, and the frames of the C++ it calls.
 uintptr_t TrampolineRoom() { return 8 + 8 + 15 * 8 + 64 + goro_xsave_size + 2048; }
 
-// Whether the interrupted code had any signal blocked. The kernel's mask is
-// 64 bits on x86-64 (the rest of glibc's sigset_t is padding).
-bool InterruptedWithSignalsBlocked(const ucontext_t* uc) {
+// Whether the interrupted code ran with another signal mask than its M's
+// (m_sigmask). The kernel's mask is 64 bits on x86-64 (the rest of glibc's
+// sigset_t is padding).
+bool InterruptedWithOtherSignalMask(const ucontext_t* uc) {
   uint64_t mask;
   memcpy(&mask, &uc->uc_sigmask, sizeof mask);
-  return mask != 0;
+  return mask != m_sigmask_bits;
 }
 
 void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
@@ -91,7 +93,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   // signal again (with back-off) rather than at its next look, up to a slice
   // later. Refusals above need no retry: the runtime code or the switch in
   // progress reaches a point that honours the request by itself.
-  if (InterruptedWithSignalsBlocked(uc)) {
+  if (InterruptedWithOtherSignalMask(uc)) {
     WakeSysmonToRetry();
     errno = saved_errno;
     return;

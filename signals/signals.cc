@@ -115,6 +115,24 @@ void InstallSignalHandlers() {
   sigaction(SIGBUS, &sa, &previous_bus);
 }
 
+sigset_t m_sigmask;
+uint64_t m_sigmask_bits = 0;
+
+// Go does the same: its threads start from the mask the program had at
+// start-up and unblock only the signals the runtime needs. A program that
+// blocks SIGTERM in main to collect it with sigwait keeps it blocked on
+// every runtime thread, so it is not delivered to one of them instead.
+void InitMSignalMask(int preempt_signal) {
+  pthread_sigmask(SIG_SETMASK, nullptr, &m_sigmask);
+  // Faults in goroutine code: blocked, they kill the process outright.
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&m_sigmask, sig);
+  if (preempt_signal != 0) sigdelset(&m_sigmask, preempt_signal);
+  m_sigmask_bits = 0;
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sigismember(&m_sigmask, sig) == 1) m_sigmask_bits |= uint64_t{1} << (sig - 1);
+  }
+}
+
 void MInitSignals(M* m) {
   size_t size = std::max<size_t>(64 * 1024, static_cast<size_t>(sysconf(_SC_SIGSTKSZ)));
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -1023,6 +1023,59 @@ TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) {
   EXPECT_CHILD_OK(ForkExecChild());
 }
 
+// A program that blocks a signal before it starts goro (to collect it with
+// sigwait, say) keeps it blocked on the runtime's threads, as on threads of
+// its own, and async preemption still works with that mask in place. After
+// Run, a process-directed SIGUSR1 must stay pending for sigtimedwait. Fails
+// if the Ms unblock every signal (SIGUSR1 reaches an M and its default
+// action kills the child), or if the preemption handler takes any blocked
+// signal for "inside a signal handler" (the loop is never preempted: the
+// main goroutine does not run until the stopper ends the loop).
+[[noreturn]] void BlockedSignalChild() {
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  CHILD_CHECK(pthread_sigmask(SIG_BLOCK, &usr1, nullptr) == 0, "pthread_sigmask");  // before any thread
+  goro_test::Watchdog dog(absl::Seconds(25), "blocked signal");
+  static Spin spin;
+  static std::atomic<bool> ran_beside_loop{false};
+  std::thread stopper([] {  // the loop ends after 3 s whatever happens
+    auto start = Now();
+    while (!ran_beside_loop.load() && Since(start) < absl::Seconds(3)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    spin.stop = 1;
+  });
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          spin.Run(goro_test_spin_until);
+          wg.Done();
+        });
+        while (!spin.Started()) goro::Yield();
+        ran_beside_loop = spin.stop.load() == 0;  // back before the loop ended: it was preempted
+        spin.stop = 1;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(1)));
+  stopper.join();
+  CHILD_CHECK(ran_beside_loop.load(), "the loop was not preempted while the program blocked SIGUSR1 "
+              "(%llu async preemptions)", U(goro::GetStats().async_preemptions));
+  kill(getpid(), SIGUSR1);  // to the process: any thread that does not block it may take it
+  timespec wait = {5, 0};
+  siginfo_t info;
+  int sig = sigtimedwait(&usr1, &info, &wait);
+  CHILD_CHECK(sig == SIGUSR1, "sigtimedwait returned %d (errno %d), not SIGUSR1", sig, errno);
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, RuntimeThreadsKeepTheProgramsBlockedSignals) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(BlockedSignalChild());
+}
+
 // ---------------------------------------------------------------------------
 // Flags and the red zone survive thousands of preemptions.
 //
