@@ -1193,7 +1193,7 @@ void ReacquireP(M* m, G* g) {
   }
   // The P was handed off while this goroutine blocked outside the runtime.
   m->p = nullptr;
-  m->revoked.store(false, std::memory_order_release);
+  m->revoked.store(false, std::memory_order_seq_cst);  // see sysmon's revoked_ms
   ReacquirePOnSameThread(m, g);
 }
 

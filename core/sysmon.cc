@@ -383,7 +383,19 @@ void SysmonLoop() {
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
-        if (!r.m->signal_pending.exchange(true, std::memory_order_acq_rel)) SendPreemptSignal(r.m);
+        if (!r.m->signal_pending.exchange(true, std::memory_order_seq_cst)) {
+          // As in PreemptOne: the goroutine may have entered the runtime
+          // since (ReacquireP clears `revoked`) and be on its way into a
+          // marked region, which waits out signal_pending. We publish
+          // signal_pending, then look at `revoked`; it clears `revoked`
+          // before EnterSyscall looks at signal_pending. One sees the other.
+          if (r.m->revoked.load(std::memory_order_seq_cst) &&
+              __atomic_load_n(&r.m->curg, __ATOMIC_SEQ_CST) == r.g) {
+            SendPreemptSignal(r.m);
+          } else {
+            r.m->signal_pending.store(false, std::memory_order_release);
+          }
+        }
       }
       until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
       ++k;
