@@ -47,6 +47,8 @@ absl::Status ErrnoStatus(int err, absl::string_view op, int fd) {
   }
 }
 
+absl::Status ClosedError(int fd) { return absl::CancelledError(absl::StrCat("fd ", fd, " was closed")); }
+
 struct IoWait {
   PollDesc* pd;
   std::atomic<G*>* slot;
@@ -75,12 +77,14 @@ bool CommitIoWait(G*, void* arg) {
 }
 
 // Waits until fd may be ready for `mode`. Consumes a latched readiness.
-absl::Status WaitIO(PollDesc* pd, int fd, Mode mode, int64_t deadline_ns, bool consume = true) {
+// `seq` is the PollDesc's sequence number when the operation registered the
+// fd: once it has changed, the file is closed, whatever now has its number.
+absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadline_ns, bool consume = true) {
   if (deadline_ns < 0) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
   pd->lock.Lock();
-  if (pd->closing) {
+  if (pd->seq != seq) {
     pd->lock.Unlock();
-    return absl::CancelledError(absl::StrCat("fd ", fd, " was closed"));
+    return ClosedError(fd);
   }
   bool& ready = mode == Mode::kRead ? pd->rready : pd->wready;
   if (ready) {
@@ -111,20 +115,23 @@ absl::Status WaitIO(PollDesc* pd, int fd, Mode mode, int64_t deadline_ns, bool c
   // Afterwards the deadline callback is neither running nor pending: `w` may go.
   if (w.timer.f != nullptr) DelTimer(&w.timer);
   if (w.timed_out) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  // Woken by io::Close, the number may already belong to a file registered
+  // since: its readiness latch is not ours to take.
   pd->lock.Lock();
-  bool closing = pd->closing;
-  if (!closing && consume) ready = false;
+  bool closed = pd->seq != seq;
+  if (!closed && consume) ready = false;
   pd->lock.Unlock();
-  if (closing) return absl::CancelledError(absl::StrCat("fd ", fd, " was closed"));
+  if (closed) return ClosedError(fd);
   return absl::OkStatus();
 }
 
-// Looks up and registers fd; sets *pd, or returns why not.
-absl::Status Prepare(int fd, PollDesc** pd, bool* pollable) {
+// Looks up and registers fd; sets *pd and the sequence number the operation
+// passes to WaitIO, or returns why not.
+absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable) {
   EnsureStarted(Options{});
   *pd = PollDescFor(fd);
   if (*pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
-  switch ((*pd)->Register(fd)) {
+  switch ((*pd)->Register(fd, seq)) {
     case PollDesc::Registration::kPolled:
       *pollable = true;
       return absl::OkStatus();
@@ -147,8 +154,9 @@ using internal::Mode;
 absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   if (!pollable) {
     ssize_t r;
     do {
@@ -161,7 +169,7 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   if (pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
     pd->drained.store(false, std::memory_order_relaxed);
-    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
   for (;;) {
     ssize_t r = ::read(fd, buf, n);
@@ -171,15 +179,16 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "read", fd);
-    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
 
 absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   int64_t dl = internal::DeadlineNanos(deadline);
@@ -206,7 +215,7 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN || !pollable) return internal::ErrnoStatus(errno, "write", fd);
-    if (absl::Status s = internal::WaitIO(pd, fd, Mode::kWrite, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
   }
   return done;
 }
@@ -214,23 +223,25 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
 absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(listen_fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) return c;
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
-    if (absl::Status s = internal::WaitIO(pd, listen_fd, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
 
 absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   int r;
   bool retried = false;
   while ((r = ::connect(fd, addr, len)) < 0 && errno == EINTR) retried = true;
@@ -241,7 +252,7 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   if (errno != EINPROGRESS && errno != EAGAIN && errno != EALREADY) {
     return internal::ErrnoStatus(errno, "connect", fd);
   }
-  if (absl::Status s = internal::WaitIO(pd, fd, Mode::kWrite, internal::DeadlineNanos(deadline)); !s.ok()) {
+  if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline)); !s.ok()) {
     return s;
   }
   int err = 0;
@@ -254,19 +265,21 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
 absl::Status WaitReadable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   if (!pollable) return absl::OkStatus();  // regular files are always ready
-  return internal::WaitIO(pd, fd, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
+  return internal::WaitIO(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 
 absl::Status WaitWritable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
+  uint64_t seq;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   if (!pollable) return absl::OkStatus();
-  return internal::WaitIO(pd, fd, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
+  return internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 
 absl::Status Close(int fd) {

@@ -19,8 +19,9 @@
 //
 // PollDesc objects are never freed: they are indexed by fd number in a
 // two-level table whose chunks are allocated on demand and published with a
-// CAS, so lookups take no lock. io::Close marks a PollDesc closing, wakes its
-// waiters and deregisters the fd; reopening the same number starts afresh.
+// CAS, so lookups take no lock. io::Close bumps a PollDesc's sequence number,
+// wakes its waiters and deregisters the fd; reopening the same number starts
+// afresh, and a waiter of the closed file still sees that its file is gone.
 #include "core/netpoll.h"
 
 #include <fcntl.h>
@@ -111,14 +112,14 @@ PollDesc* PollDescFor(int fd) {
   return &chunk[fd & (kChunkSize - 1)];
 }
 
-PollDesc::Registration PollDesc::Register(int fd) {
+PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   lock.Lock();
+  *file_seq = seq;
   if (state != Registration::kUnknown) {
     Registration r = state;
     lock.Unlock();
     return r;
   }
-  closing = false;
   rready = wready = false;
   hup = false;
   drained.store(false, std::memory_order_relaxed);
@@ -152,7 +153,7 @@ PollDesc::Registration PollDesc::Register(int fd) {
 
 G* PollDesc::CloseLocked(int fd) {
   G* list = nullptr;
-  closing = true;
+  ++seq;
   TakeWaiter(rg, &list);
   TakeWaiter(wg, &list);
   if (state == Registration::kPolled) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);

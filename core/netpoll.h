@@ -11,10 +11,10 @@ struct PollDesc {
   enum class Registration : uint8_t { kUnknown, kPolled, kNotPollable, kBadFd };
 
   // Adds fd to epoll (and makes it non-blocking) if not done yet; says how
-  // the fd is to be waited on.
-  Registration Register(int fd);
-  // With `lock` held: marks the fd closing, deregisters it and returns its
-  // waiters (made runnable) as a list through G::sched_link.
+  // the fd is to be waited on, and sets *file_seq to the current `seq`.
+  Registration Register(int fd, uint64_t* file_seq);
+  // With `lock` held: ends the fd's current `seq`, deregisters it and returns
+  // its waiters (made runnable) as a list through G::sched_link.
   G* CloseLocked(int fd);
 
   // After a short read of a TCP socket: unless the peer hung up (or an error
@@ -28,8 +28,14 @@ struct PollDesc {
   SpinLock lock;
   // Everything below is guarded by lock.
   Registration state = Registration::kUnknown;
-  bool closing = false;  // io::Close was called: waiters get CancelledError
-  bool rready = false;   // readiness latched from an edge-triggered event
+  // Which file under this fd number: io::Close bumps it (like Go's
+  // pollDesc.fdseq). An operation notes it when it registers the fd and
+  // compares it whenever it takes the lock again, always after a wait: a
+  // different value means its file was closed (CancelledError), even if the
+  // number has been reused and registered again since - Linux hands out the
+  // lowest free number, so the next socket() or accept() may well get it.
+  uint64_t seq = 0;
+  bool rready = false;  // readiness latched from an edge-triggered event
   bool wready = false;
   // A TCP socket: a read that returns less than asked for has emptied the
   // receive queue, and anything that arrives later raises a new edge.

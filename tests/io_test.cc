@@ -608,6 +608,73 @@ TEST_F(IoTest, CloseWakesPlainThreadReader) {
   EXPECT_TRUE(io::Close(p[1]).ok());
 }
 
+// io::Close and a reused fd number. Linux gives a new file the lowest free
+// number, so the number of a file closed with io::Close may be registered
+// again, by another file, before the goroutine that Close woke has run. That
+// goroutine must still get CancelledError. Fails if it decides by the
+// PollDesc's state alone, which the new registration resets: it then reads
+// the new pipe's second byte (or, had that pipe been empty, parks on it).
+// On one P, in a child process: the woken reader cannot run until the main
+// goroutine, which closes, reopens and reads the number without letting go
+// of the P (a NoPreemptScope), waits for it.
+[[noreturn]] void CloseThenReuseNumberChild() {
+  using goro_test::child_failures;
+  goro_test::Watchdog dog(absl::Seconds(20), "io::Close and a reused fd number");
+  static int p[2], q[2];
+  static std::atomic<bool> reader_started{false};
+  static absl::Status reader_status;
+  static std::string reader_got;
+  if (pipe2(p, O_CLOEXEC) != 0) _exit(2);
+  goro::Options opts;
+  opts.max_procs = 1;
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          char buf[16];
+          reader_started = true;
+          absl::StatusOr<size_t> r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(10)));
+          reader_status = r.status();
+          if (r.ok()) reader_got.assign(buf, *r);
+          wg.Done();
+        });
+        goro_test::Eventually([] { return reader_started.load(); });
+        goro::SleepFor(absl::Milliseconds(50));  // it parks on the empty pipe
+        {
+          goro::NoPreemptScope keep_the_p;
+          CHILD_CHECK(io::Close(p[0]).ok(), "io::Close of the reader's fd");
+          if (pipe2(q, O_CLOEXEC) != 0) _exit(3);
+          if (q[0] != p[0]) {  // not the lowest free number: make it so
+            CHILD_CHECK(dup2(q[0], p[0]) == p[0], "dup2: %s", strerror(errno));
+            close(q[0]);
+            q[0] = p[0];
+          }
+          CHILD_CHECK(write(q[1], "AB", 2) == 2, "write: %s", strerror(errno));
+          char c = 0;
+          absl::StatusOr<size_t> mine = io::Read(q[0], &c, 1, In(absl::Seconds(5)));  // registers the number again
+          CHILD_CHECK(mine.ok() && *mine == 1 && c == 'A', "the new pipe's first byte: %s",
+                      mine.status().ToString().c_str());
+        }
+        wg.Wait();
+        char c = 0;
+        absl::StatusOr<size_t> rest = io::Read(q[0], &c, 1, In(absl::Seconds(2)));
+        CHILD_CHECK(rest.ok() && *rest == 1 && c == 'B', "the new pipe's second byte: %s",
+                    rest.ok() ? std::string(&c, *rest).c_str() : rest.status().ToString().c_str());
+        CHILD_CHECK(io::Close(q[0]).ok(), "close");
+        CHILD_CHECK(io::Close(q[1]).ok(), "close");
+        CHILD_CHECK(io::Close(p[1]).ok(), "close");
+      },
+      opts);
+  CHILD_CHECK(absl::IsCancelled(reader_status), "the reader of the closed pipe got %s, data \"%s\"",
+              reader_status.ToString().c_str(), reader_got.c_str());
+  _exit(child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, ReaderWokenByCloseIsCancelledThoughTheNumberIsReused) {
+  EXPECT_EXIT(CloseThenReuseNumberChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // ---------------------------------------------------------------------------
 // Bad file descriptors: an error status, never a crash.
 //
