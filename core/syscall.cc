@@ -14,6 +14,9 @@
 // turn in the global run queue, wired to this M for the moment, so that it
 // resumes on the same thread (Go moves it; goro keeps thread-local state such
 // as errno where the caller's code expects it).
+#include <pthread.h>
+#include <signal.h>
+
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +26,28 @@
 #include "goro/syscall.h"
 
 namespace goro::internal {
+
+namespace {
+
+// Waits until the handler has taken the preemption signal in flight to this
+// M (sent, or about to be), unless this thread has the signal blocked: the
+// goroutine blocked it itself, or it runs inside a signal handler of the
+// program's. Then the handler cannot run until the thread unblocks it, and
+// waiting would spin for ever; nor can the signal land in the call. It stays
+// pending with signal_pending set, so sysmon sends no other, and when the
+// thread unblocks it the handler takes it as usual. (Go leaves such a signal
+// pending too; its signalPending stays set until the handler runs.) It is
+// not consumed here with sigtimedwait: sysmon may not have sent it yet, and
+// the one pending may be the program's own SIGURG. The one hole: a call that
+// unblocks the signal itself (ppoll, pselect, epoll_pwait or sigsuspend with
+// such a mask) may see EINTR.
+void WaitOutPreemptSignal(M* m) {
+  sigset_t mask;
+  if (pthread_sigmask(SIG_BLOCK, nullptr, &mask) == 0 && sigismember(&mask, sched.preempt_signal) == 1) return;
+  while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
+}
+
+}  // namespace
 
 void EnterSyscall() {
   G* g = CurrentGoroutine();
@@ -42,7 +67,7 @@ void EnterSyscall() {
   p->syscall_owner.store(m, std::memory_order_seq_cst);
   // A preemption signal sysmon decided to send before it saw kSyscall must
   // arrive now, not during the call (see PreemptOne).
-  while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
+  if (m->signal_pending.load(std::memory_order_seq_cst)) WaitOutPreemptSignal(m);
   // Work is waiting for this P: make sure sysmon looks soon.
   if (!p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0) WakeSysmon();
 }

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
@@ -436,6 +438,56 @@ TEST(SyscallTest, MarkedCallsSeeNoEintrBesideHogs) {
 TEST(SyscallTest, UnmarkedCallsSeeNoEintrBesideHogs) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(NoEintrChild(false));
+}
+
+// ---------------------------------------------------------------------------
+// A marked call with the preemption signal blocked.
+//
+// EnterSyscall waits until the handler has taken a preemption signal that
+// sysmon decided to send, so that it cannot land in the call. A goroutine
+// that blocks the signal on its thread (pthread_sigmask) and runs past its
+// slice is sent one that stays pending: the handler cannot run. Fails (the
+// watchdog ends the child) if a marked call waits for it anyway: it spun at
+// 100% CPU for ever. Then, with the signal unblocked, the pending signal must
+// be taken as the one in flight and the goroutine preempted by signal again:
+// fails if the M is left with a signal counted in flight that never comes.
+
+[[noreturn]] void BlockedPreemptSignalChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "a marked call with the preemption signal blocked");
+  const goro::Options opts = Opts(1, absl::Milliseconds(1));
+  goro::Run(
+      [sig = opts.preempt_signal] {
+        sigset_t block, old, pending;
+        sigemptyset(&block);
+        sigaddset(&block, sig);
+        CHILD_CHECK(pthread_sigmask(SIG_BLOCK, &block, &old) == 0, "pthread_sigmask");
+        // No goro call (no safe point) until the marked call, so the goroutine
+        // stays on this thread while sysmon signals it for its spent slice.
+        bool signalled = false;
+        auto t0 = Now();
+        while (!signalled && Since(t0) < absl::Seconds(10)) {
+          goro_test::Spin(absl::Milliseconds(1));
+          signalled = sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
+        }
+        CHILD_CHECK(signalled, "no preemption signal became pending within 10 s");
+        int r = goro::Syscall([] { return 7; });
+        CHILD_CHECK(r == 7, "goro::Syscall returned %d", r);
+        CHILD_CHECK(pthread_sigmask(SIG_SETMASK, &old, nullptr) == 0, "pthread_sigmask");  // taken here
+        const uint64_t async0 = goro::GetStats().async_preemptions;
+        t0 = Now();
+        while (goro::GetStats().async_preemptions == async0 && Since(t0) < absl::Seconds(10)) {
+          goro_test::Spin(absl::Milliseconds(5));
+        }
+        CHILD_CHECK(goro::GetStats().async_preemptions > async0,
+                    "not preempted by signal within 10 s after unblocking it");
+      },
+      opts);
+  ExitChild();
+}
+
+TEST(SyscallTest, MarkedCallWithThePreemptSignalBlockedDoesNotWaitForIt) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(BlockedPreemptSignalChild());
 }
 
 // ---------------------------------------------------------------------------
