@@ -12,7 +12,7 @@
 //   - the M that sleeps until the earliest timer (core/proc.cc) blocks in it
 //     instead of on its futex whenever goroutines wait on I/O, with the
 //     timer as the timeout; NetpollBreak (an eventfd) interrupts it when an
-//     earlier timer is added;
+//     earlier timer is added, and only a blocking poll takes its token;
 //   - sysmon, if nobody has polled for 10 ms.
 // sched.last_poll is 0 while an M is blocked in epoll_wait, else the time of
 // the last poll.
@@ -181,10 +181,18 @@ G* Netpoll(int64_t timeout_ns) {
   G* list = nullptr;
   for (int i = 0; i < n; ++i) {
     if (events[i].data.ptr == &break_token) {
-      uint64_t v;
-      while (read(breakfd, &v, sizeof v) > 0) {
+      // NetpollBreak's token is for the M blocked in epoll_wait: only a
+      // blocking poll takes it, as in Go. A non-blocking one that took it
+      // could do so after the write woke that M but before it looked; the
+      // kernel would then find nothing for it and it would sleep on. Left
+      // in place, the token (the eventfd is level-triggered) shows up in
+      // every non-blocking poll until a blocking one takes it; they skip it.
+      if (timeout_ms != 0) {
+        uint64_t v;
+        while (read(breakfd, &v, sizeof v) > 0) {
+        }
+        break_pending.store(false, std::memory_order_release);
       }
-      break_pending.store(false, std::memory_order_release);
       continue;
     }
     auto* pd = static_cast<PollDesc*>(events[i].data.ptr);

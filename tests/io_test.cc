@@ -34,6 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -673,6 +675,55 @@ TEST_F(IoTest, CloseWakesPlainThreadReader) {
 
 TEST(IoChildTest, ReaderWokenByCloseIsCancelledThoughTheNumberIsReused) {
   EXPECT_EXIT(CloseThenReuseNumberChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------------------
+// The wake-up of the M blocked in epoll_wait.
+//
+// While every P is idle and a goroutine waits on I/O, one M blocks in
+// epoll_wait until the earliest timer; a timer added for earlier writes to
+// the poller's eventfd (NetpollBreak) to wake it. A non-blocking poll by
+// another M or by sysmon may run meanwhile. Fails if that poll takes the
+// eventfd's token before the woken M has looked: the kernel then finds
+// nothing for it and it sleeps on - here for ever, as no other timer is due -
+// so the timer never fires. The test makes that poll itself, from this
+// thread through the runtime's internals, right after adding the timer. The
+// woken M may still look first (its wake-up and this poll race in the
+// kernel), so the test gives it 20 chances.
+
+TEST_F(IoTest, NonBlockingPollLeavesTheBlockedPollersWakeUp) {
+  namespace internal = goro::internal;
+  goro_test::Watchdog dog(absl::Seconds(50), "the blocked poller's wake-up");
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  absl::Notification reader_done;
+  goro::Go([&] {
+    char c;
+    EXPECT_TRUE(io::Read(p[0], &c, 1).ok());  // no deadline, so no timer
+    reader_done.Notify();
+  });
+  static std::atomic<bool> fired;
+  for (int round = 0; round < 20; ++round) {
+    // The timer sleeper is in epoll_wait with no timeout.
+    ASSERT_TRUE(goro_test::Eventually([] {
+      return internal::sched.last_poll.load() == 0 && internal::sched.poll_until.load() == INT64_MAX;
+    })) << "round " << round << ": no M blocked in epoll_wait";
+    fired = false;
+    internal::Timer t;
+    t.when = internal::Nanotime() + 1000 * 1000;
+    t.f = [](internal::Timer*) { fired = true; };
+    internal::AddTimer(&t);                        // NetpollBreak
+    internal::InjectGList(internal::Netpoll(0));  // the non-blocking poll
+    if (!goro_test::Eventually([] { return fired.load(); }, absl::Seconds(2))) {
+      internal::DelTimer(&t);
+      ADD_FAILURE() << "round " << round << ": a 1 ms timer did not fire within 2 s";
+      break;
+    }
+  }
+  ASSERT_EQ(write(p[1], "x", 1), 1);  // wakes the reader (and a stuck poller)
+  reader_done.WaitForNotification();
+  EXPECT_TRUE(io::Close(p[0]).ok());
+  EXPECT_TRUE(io::Close(p[1]).ok());
 }
 
 // ---------------------------------------------------------------------------
