@@ -717,15 +717,19 @@ void OnAlrmLong(int) {
 }
 
 [[noreturn]] void LongHandlerChild() {
-  sigset_t alrm;
-  sigemptyset(&alrm);
-  sigaddset(&alrm, SIGALRM);
-  pthread_sigmask(SIG_BLOCK, &alrm, nullptr);  // this thread and the watchdog: SIGALRM goes to an M
-  goro_test::Watchdog dog(absl::Seconds(60), "long signal handler");
   Handle(SIGALRM, OnAlrmLong, true);
   goro::Options opts;
   opts.max_procs = 2;
   opts.time_slice = absl::Milliseconds(1);
+  // The runtime starts with SIGALRM unblocked, so its threads take it (they
+  // keep the mask of the thread that started it); then this thread, the
+  // watchdog and the sender block it, and it can only go to an M.
+  goro::Run([] {}, opts);
+  sigset_t alrm;
+  sigemptyset(&alrm);
+  sigaddset(&alrm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alrm, nullptr);
+  goro_test::Watchdog dog(absl::Seconds(60), "long signal handler");
   constexpr uint64_t kSteps = 200'000'000;
   const uint64_t expected = Lcg(7, kSteps);
   std::atomic<int> running{0};
