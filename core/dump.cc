@@ -13,9 +13,14 @@
 //
 // The SIGQUIT path runs in a signal handler while other threads keep
 // running: it reads goroutine records racily and exits afterwards, so it may
-// do what a handler should not (dlopen, demangling), like Go's.
+// do what a handler should not (dlopen, demangling), like Go's. Looking up
+// names and demangling them allocate, though, and a handler may have
+// interrupted the allocator on its own thread, whose lock that thread then
+// holds: reports made from a handler in that state print each frame as its
+// object and offset, which addr2line turns into a function and line.
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <signal.h>
 #include <ucontext.h>
 #include <string.h>
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cstdio>
 #include <ostream>
@@ -68,6 +74,68 @@ const Unwinder& GetUnwinder() {
   return u;
 }
 
+constexpr int kMaxFrames = 64;
+
+// Set by a report made from a signal handler that interrupted the allocator
+// on this thread (see the top of this file): WalkFrames must not look up
+// names (libunwind allocates to read the symbol table) or demangle them.
+__attribute__((tls_model("initial-exec"))) thread_local bool tls_no_names = false;
+
+// The code of the allocator's entry points, found when the runtime starts.
+// Its internal functions have no exported names, but they are reached only
+// through these, so a thread inside the allocator has one of them near the
+// top of its stack.
+struct CodeRange {
+  uintptr_t lo = 0, hi = 0;
+};
+CodeRange allocator_code[8];
+
+void FindAllocatorCode() {
+  void* const entries[] = {reinterpret_cast<void*>(&malloc),        reinterpret_cast<void*>(&free),
+                           reinterpret_cast<void*>(&calloc),        reinterpret_cast<void*>(&realloc),
+                           reinterpret_cast<void*>(&posix_memalign), reinterpret_cast<void*>(&aligned_alloc)};
+  static_assert(std::size(entries) <= std::size(allocator_code));
+  for (size_t i = 0; i < std::size(entries); ++i) {
+    Dl_info info;
+    void* entry = nullptr;
+    if (dladdr1(entries[i], &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr) continue;
+    const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+    auto lo = reinterpret_cast<uintptr_t>(info.dli_saddr);
+    allocator_code[i] = CodeRange{lo, lo + sym->st_size};
+  }
+}
+
+// Whether the code a signal interrupted on this thread is inside the
+// allocator. Only stepping and reading registers: no names.
+bool InterruptedAllocator(void* uctx) {
+  const Unwinder& u = GetUnwinder();
+  if (u.init_local2 == nullptr || uctx == nullptr) return false;
+  unw_cursor_t cur;
+  if (u.init_local2(&cur, static_cast<unw_context_t*>(uctx), UNW_INIT_SIGNAL_FRAME) != 0) return false;
+  for (int depth = 0; depth < kMaxFrames; ++depth) {
+    unw_word_t ip = 0;
+    u.get_reg(&cur, UNW_REG_IP, &ip);
+    for (const CodeRange& r : allocator_code) {
+      if (ip >= r.lo && ip < r.hi) return true;
+    }
+    if (u.step(&cur) <= 0) break;
+  }
+  return false;
+}
+
+// Decides whether this thread's report may look up names (from the context
+// of the signal it is made in), and says so in the report when it may not.
+template <typename Out>
+void DecideNames(void* uctx, Out out) {
+  tls_no_names = InterruptedAllocator(uctx);
+  if (tls_no_names) {
+    const char kNote[] =
+        "\t(no function names: the signal interrupted the allocator on this thread; "
+        "addr2line -f -C -e OBJECT OFFSET gives them)\n";
+    out(kNote, sizeof kNote - 1);
+  }
+}
+
 // The frames of the fatal-error machinery itself, left off the top of a
 // fatal error's backtrace so that it starts where the program failed.
 bool ReportingFrame(const char* name) {
@@ -105,7 +173,7 @@ void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, O
     unw_word_t off = 0;
     char line[400];
     size_t n = 0;
-    if (u.get_proc_name(cur, name, sizeof name, &off) == 0) {
+    if (!tls_no_names && u.get_proc_name(cur, name, sizeof name, &off) == 0) {
       int status = -1;
       char* dem = abi::__cxa_demangle(name, nullptr, nullptr, &status);
       const char* shown = status == 0 && dem != nullptr ? dem : name;
@@ -121,7 +189,8 @@ void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, O
       free(dem);
     } else {
       // No symbol (libunwind could not read the object, as when memory ran
-      // out): the object and offset, which addr2line turns into a line.
+      // out, or must not try): the object and offset, which addr2line turns
+      // into a line.
       unw_word_t ip = 0;
       u.get_reg(cur, UNW_REG_IP, &ip);
       Dl_info info;
@@ -138,8 +207,6 @@ void WalkFrames(unw_cursor_t* cur, uintptr_t lo, uintptr_t hi, int max_frames, O
     if (u.step(cur) <= 0) break;
   }
 }
-
-constexpr int kMaxFrames = 64;
 
 // A parked goroutine's backtrace, walked from the registers its last switch
 // saved.
@@ -322,6 +389,7 @@ void QuitHandler(int sig, siginfo_t* info, void* uctx) {
   M* m = CurrentM();
   if (m != nullptr && trace_target.load(std::memory_order_acquire) == m) {
     // A dumping thread asks for our goroutine's backtrace.
+    DecideNames(uctx, FdOut{trace_fd});
     if (G* g = m->curg) BacktraceSignal(g, uctx, FdOut{trace_fd});
     trace_target.store(nullptr, std::memory_order_release);
     return;
@@ -329,6 +397,7 @@ void QuitHandler(int sig, siginfo_t* info, void* uctx) {
   if (sigquit_dumping.exchange(true)) return;  // another thread is dumping; it exits
   GetUnwinder();  // loaded before any other thread is asked to use it
   WriteStderr("SIGQUIT: quit\n\n");
+  DecideNames(uctx, FdOut{STDERR_FILENO});
   DumpAll(FdOut{STDERR_FILENO}, DumpMode::kSigquit, uctx, STDERR_FILENO);
   _exit(2);
 }
@@ -371,13 +440,17 @@ void WriteTraceback(void* uctx) {
   FdOut out{STDERR_FILENO};
   out(line, static_cast<size_t>(std::max(n, 0)));
   if (uctx != nullptr) {
+    DecideNames(uctx, out);
     BacktraceSignal(g, uctx, out);
   } else {
     BacktraceHere(g, out, /*skip_reporting=*/true);
   }
 }
 
-void PreloadUnwinder() { GetUnwinder(); }
+void PreloadUnwinder() {
+  GetUnwinder();
+  FindAllocatorCode();
+}
 
 void InstallQuitHandler() {
   struct sigaction cur;

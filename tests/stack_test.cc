@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -46,14 +48,14 @@ TEST(StackTest, UnboundedRecursionDiesWithStackOverflow) {
 }
 
 // The report carries the overflowing goroutine's backtrace, walked from the
-// fault's signal context: the recursing function is on top.
+// fault's signal context: the recursing function is on top, demangled.
 TEST(StackTest, OverflowReportShowsTheRecursion) {
   EXPECT_DEATH(
       {
         goro_test::Watchdog dog(absl::Seconds(30));
         goro::Run([] { RecurseForever(0); }, goro_test::TestOptions());
       },
-      "stack overflow[^\n]*\n\ngoroutine [0-9]+ \\[running\\]:\n\t[^\n]*RecurseForever(.|\n)*"
+      "stack overflow[^\n]*\n\ngoroutine [0-9]+ \\[running\\]:\n\t[^\n]*RecurseForever\\(int\\)(.|\n)*"
       "additional frames elided");
 }
 
@@ -85,6 +87,38 @@ TEST(StackTest, OverflowWithASmallStackSize) {
         goro::Run([] { RecurseForever(0); }, opts);
       },
       "goroutine [0-9]+: stack overflow");
+}
+
+// An overflow inside malloc: the faulting thread holds the allocator's lock,
+// so the report must not look up or demangle names (both allocate): it gives
+// each frame as object+offset, and aborts. Each level's frame is
+// smaller than malloc's own, so the guard page is hit inside malloc; odd
+// levels ask for more than the per-thread cache serves (4000 bytes) and even
+// levels drain its small bins, so malloc takes the arena lock. Fails (the
+// watchdog's message, no frame after the header) if the report looks names
+// up: libunwind's malloc waits for the lock its own thread holds.
+void* volatile g_kept[1 << 16];
+std::atomic<unsigned> g_nkept{0};
+
+__attribute__((noinline)) int RecurseMalloc(int depth) {
+  volatile char frame[16];  // read after the call: no compiler turns this into a loop
+  frame[0] = static_cast<char>(depth);
+  size_t size = (depth & 1) ? 4000 : 16 + static_cast<size_t>(depth / 2 % 32) * 16;
+  void* p = malloc(size);
+  g_kept[g_nkept.fetch_add(1, std::memory_order_relaxed) & 0xffff] = p;
+  if (!g_keep_going) return frame[0];
+  return RecurseMalloc(depth + 1) + frame[0];
+}
+
+TEST(StackTest, OverflowInsideMallocStillReportsAndAborts) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(20));
+        goro::Run([] { RecurseMalloc(0); }, goro_test::TestOptions());
+      },
+      ::testing::KilledBySignal(SIGABRT),
+      "stack overflow[^\n]*\n\ngoroutine [0-9]+ \\[running\\]:\n\t\\(no function names[^\n]*\n"
+      "(\t\\?\\? \\([^\n]*\\+0x[0-9a-f]+\\)\n){3}");
 }
 
 // ---------------------------------------------------------------------------
