@@ -13,6 +13,9 @@ namespace goro::internal {
 namespace {
 
 constexpr int kMaxProcsLimit = 1024;
+// A day: a longer period would print nothing in most runs, and ms * 10^6 (the
+// period in ns, which sysmon adds to a time) could overflow an int64_t.
+constexpr int64_t kMaxSchedtraceMs = int64_t{24} * 60 * 60 * 1000;
 
 void Warn(absl::string_view what) { WriteStderr(absl::StrCat("goro: ", what, "\n")); }
 
@@ -52,10 +55,10 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       }
     } else if (key == "schedtrace") {
       int64_t ms = 0;
-      if (absl::SimpleAtoi(value, &ms) && ms >= 0) {
+      if (absl::SimpleAtoi(value, &ms) && ms >= 0 && ms <= kMaxSchedtraceMs) {
         s.schedtrace_ms = ms;
       } else {
-        bad("a number of milliseconds");
+        bad(absl::StrCat("a number of milliseconds from 0 to ", kMaxSchedtraceMs, " (a day)"));
       }
     } else if (key == "sigquitdump") {
       if (value == "0") {

@@ -5,6 +5,7 @@
 //   GORODEBUG=key=value,...    asyncpreemptoff=1    no signal-driven preemption
 //                              timeslice=DURATION   e.g. 10ms, 200us (absl format)
 //                              schedtrace=MS        print scheduler state every MS ms
+//                                                   (at most a day)
 //                              scheddetail=1        more detail in schedtrace
 //                              sigquitdump=0        no goroutine dump on SIGQUIT
 //   GOROTRACE=path             an event trace of the whole run (read by
@@ -26,7 +27,7 @@ struct EnvSettings {
   int max_procs = 0;  // 0: unset
   bool async_preempt_off = false;
   std::optional<absl::Duration> time_slice;
-  int64_t schedtrace_ms = 0;
+  int64_t schedtrace_ms = 0;  // 0 to a day (86400000)
   bool scheddetail = false;
   bool sigquit_dump = true;
 };

@@ -183,7 +183,8 @@ TEST(EnvTest, BadTimesliceWarnsOnceAndUsesTheDefault) {
 
 TEST(EnvTest, GoodGorodebugSettingsAreQuiet) {
   for (const char* good : {"timeslice=5ms", "asyncpreemptoff=1", "asyncpreemptoff=0",
-                           "timeslice=2ms,asyncpreemptoff=1", "schedtrace=0"}) {
+                           "timeslice=2ms,asyncpreemptoff=1", "schedtrace=0",
+                           "schedtrace=86400000"}) {
     ProbeResult r = RunProbe({{"GORODEBUG", good}});
     EXPECT_EQ(r.exit_code, 0) << good << "\n" << Describe(r);
     EXPECT_EQ(r.ran, 1) << good << "\n" << Describe(r);
@@ -212,6 +213,23 @@ TEST(EnvTest, SchedtracePrintsGoLinesPeriodically) {
   }
   // 300 ms at one line per 20 ms: about 15; a loaded machine may lose some.
   EXPECT_GE(sched_lines, 5) << Describe(r);
+}
+
+// A period too long to mean anything (more than a day) is a bad value: it
+// once overflowed the nanosecond period, giving a line every 0.45 ms for
+// 18446744073710 and, for 10^13, no lines at all, without a word.
+TEST(EnvTest, HugeSchedtraceWarnsOnceAndTracesNothing) {
+  for (const char* bad : {"18446744073710", "10000000000000", "9223372036854775807", "86400001"}) {
+    ProbeResult r = RunProbe({{"GORODEBUG", std::string("schedtrace=") + bad}},
+                             {"--hold_ms=100"});
+    EXPECT_EQ(r.exit_code, 0) << bad << "\n" << Describe(r);
+    EXPECT_EQ(r.ran, 1) << bad << "\n" << Describe(r);
+    ASSERT_EQ(r.err_lines.size(), 1u) << "expected exactly one warning line and no SCHED lines\n"
+                                      << Describe(r);
+    EXPECT_TRUE(absl::StrContains(r.err_lines[0], "schedtrace")) << Describe(r);
+    EXPECT_TRUE(absl::StrContains(r.err_lines[0], bad)) << "the line must name the bad value\n"
+                                                        << Describe(r);
+  }
 }
 
 TEST(EnvTest, ScheddetailAddsPMAndGoroutineLines) {
