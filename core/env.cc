@@ -6,13 +6,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "core/fatal.h"
 
 namespace goro::internal {
 
 namespace {
 
-constexpr int kMaxProcsLimit = 1024;
 // A day: a longer period would print nothing in most runs, and ms * 10^6 (the
 // period in ns, which sysmon adds to a time) could overflow an int64_t.
 constexpr int64_t kMaxSchedtraceMs = int64_t{24} * 60 * 60 * 1000;
@@ -48,7 +48,7 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       }
     } else if (key == "timeslice") {
       absl::Duration d;
-      if (absl::ParseDuration(value, &d) && d >= absl::Microseconds(50) && d <= absl::Seconds(10)) {
+      if (absl::ParseDuration(value, &d) && d >= kMinTimeSlice && d <= absl::Seconds(10)) {
         s.time_slice = d;
       } else {
         bad("a duration from 50us to 10s, such as 10ms or 200us");
@@ -82,6 +82,29 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
 
 EnvSettings ReadEnvironment() {
   return ParseEnvironment(std::getenv("GOROMAXPROCS"), std::getenv("GORODEBUG"));
+}
+
+Options CheckOptions(Options opts) {
+  if (opts.time_slice < kMinTimeSlice) {
+    // Zero or less means neither "never" nor "always"; it is more likely an
+    // absl::Duration left unset than a wish.
+    Fatal(absl::StrCat("Options::time_slice=", absl::FormatDuration(opts.time_slice), ": want at least ",
+                       absl::FormatDuration(kMinTimeSlice)));
+  }
+  if (opts.stack_size > kMaxStackSize) {
+    Fatal(absl::StrCat("Options::stack_size=", opts.stack_size, ": want at most ", kMaxStackSize, " (1 GiB)"));
+  }
+  if (opts.stack_size < kMinStackSize) opts.stack_size = kMinStackSize;
+  if (opts.max_procs < 0) {
+    Warn(absl::StrCat("ignoring Options::max_procs=", opts.max_procs, ": want 0 (the default) or 1 to ",
+                      kMaxProcsLimit, "; using the default"));
+    opts.max_procs = 0;
+  } else if (opts.max_procs > kMaxProcsLimit) {
+    Warn(absl::StrCat("Options::max_procs=", opts.max_procs, ": want at most ", kMaxProcsLimit, "; using ",
+                      kMaxProcsLimit));
+    opts.max_procs = kMaxProcsLimit;
+  }
+  return opts;
 }
 
 }  // namespace goro::internal

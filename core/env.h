@@ -12,16 +12,29 @@
 //                              core/trace.cc, not here)
 //
 // A malformed value is reported on stderr in one line and ignored.
+//
+// goro::Options are checked here too (CheckOptions), against the same limits.
 #ifndef GORO_CORE_ENV_H_
 #define GORO_CORE_ENV_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "absl/time/time.h"
+#include "goro/runtime.h"
 
 namespace goro::internal {
+
+// Limits of the tunables, for the environment and Options alike.
+inline constexpr int kMaxProcsLimit = 1024;
+// The shortest time slice (the floor GORODEBUG=timeslice always had).
+inline constexpr absl::Duration kMinTimeSlice = absl::Microseconds(50);
+inline constexpr size_t kMinStackSize = size_t{64} << 10;
+// Go's limit is 10^9 bytes. The reservation of a batch of stacks
+// (StackMapBatch) must not overflow either.
+inline constexpr size_t kMaxStackSize = size_t{1} << 30;
 
 struct EnvSettings {
   int max_procs = 0;  // 0: unset
@@ -36,6 +49,13 @@ struct EnvSettings {
 EnvSettings ParseEnvironment(const char* maxprocs, const char* debug);
 // Parses the process environment.
 EnvSettings ReadEnvironment();
+
+// The Options the runtime is started with, checked: a time_slice below
+// kMinTimeSlice or a stack_size above kMaxStackSize cannot work and is a
+// fatal error naming it. max_procs above kMaxProcsLimit is capped, and below
+// 0 taken as 0 (the default), each with one line on stderr; a stack_size
+// below kMinStackSize is raised to it, as documented.
+Options CheckOptions(Options opts);
 
 }  // namespace goro::internal
 

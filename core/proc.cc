@@ -1380,17 +1380,16 @@ void EnsureStarted(const Options& opts) {
 
   InitCurrentM();
   EnvSettings env = ReadEnvironment();
-  Options o = opts;
-  if (o.max_procs <= 0) {
+  Options o = CheckOptions(opts);
+  if (o.max_procs == 0) {
     o.max_procs = env.max_procs > 0 ? env.max_procs
                                     : std::max(1u, std::thread::hardware_concurrency());
   }
   if (env.time_slice.has_value()) o.time_slice = *env.time_slice;
   if (env.async_preempt_off) o.async_preemption = false;
-  if (o.stack_size < 64 * 1024) o.stack_size = 64 * 1024;
   sched.opts = o;
   sched.nprocs = o.max_procs;
-  sched.time_slice_ns = std::max<int64_t>(absl::ToInt64Nanoseconds(o.time_slice), 50000);
+  sched.time_slice_ns = absl::ToInt64Nanoseconds(o.time_slice);  // at least kMinTimeSlice
   sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
   sched.start_time = Nanotime();

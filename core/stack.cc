@@ -147,6 +147,8 @@ void ForEachRun(std::vector<Stack>& v, Fn fn) {
 
 }  // namespace
 
+// `size` is at most kMaxStackSize (core/env.h), so neither the rounding
+// nor the size of a batch (StackMapBatch) overflows.
 void StackInitGlobal(size_t size) {
   page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   stack_size = (size + page_size - 1) & ~(page_size - 1);

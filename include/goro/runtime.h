@@ -18,12 +18,16 @@ namespace goro {
 // Tunables of the runtime. They are read once, by the call that starts the
 // runtime (the first Run, or the first Go when no Run came before); later calls
 // cannot change them. The environment (GOROMAXPROCS, GORODEBUG) is read at the
-// same moment; see docs/environment.md.
+// same moment; see docs/environment.md. A value that cannot work is a fatal
+// error then, in one line naming the option and the value.
 struct Options {
   // Number of logical processors (Ps): how many goroutines run in parallel.
   // 0 means $GOROMAXPROCS when set and valid, else the hardware concurrency.
+  // At most 1024: a larger value is capped, a negative one taken as 0, each
+  // with one line on stderr.
   int max_procs = 0;
-  // How long a goroutine may run before it is asked to yield.
+  // How long a goroutine may run before it is asked to yield: at least 50us
+  // (a shorter one, zero or negative, is a fatal error).
   // GORODEBUG=timeslice=DURATION overrides it.
   absl::Duration time_slice = absl::Milliseconds(10);
   // Whether a goroutine that never reaches a safe point is interrupted by a
@@ -31,7 +35,9 @@ struct Options {
   // ThreadSanitizer build (docs/sanitizers.md).
   bool async_preemption = true;
   // Address space reserved for each goroutine's stack. Pages are committed as
-  // they are touched; a guard page below the stack catches overflow.
+  // they are touched; a guard page below the stack catches overflow. At least
+  // 64 KiB (a smaller value is raised to that) and at most 1 GiB, about Go's
+  // limit (a larger one is a fatal error).
   size_t stack_size = size_t{1} << 20;
   // The signal sysmon sends to interrupt a goroutine (Go uses SIGURG). Change
   // it only where another runtime in the process already owns SIGURG.

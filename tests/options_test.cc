@@ -1,0 +1,114 @@
+// goro::Options out of range: a value that cannot work is a fatal error at
+// start-up naming the option and the value; max_procs above the limit that
+// GOROMAXPROCS has is capped with one warning line. Options are read once per
+// process, so each case starts the runtime in a child.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "goro/goro.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace {
+
+// Starts the runtime with `opts` in the death-test child and runs one empty
+// goroutine; exits 0 if that returns (and no CHILD_CHECK failed).
+void StartWith(const goro::Options& opts) {
+  goro_test::Watchdog dog(absl::Seconds(30), "expected the runtime to start or refuse");
+  goro::Run([] {}, opts);
+}
+
+goro::Options WithStackSize(size_t size) {
+  goro::Options o = goro_test::TestOptions();
+  o.stack_size = size;
+  return o;
+}
+
+goro::Options WithTimeSlice(absl::Duration slice) {
+  goro::Options o = goro_test::TestOptions();
+  o.time_slice = slice;
+  return o;
+}
+
+// SIZE_MAX once wrapped to 0 in the page rounding: every stack was empty and
+// the first goroutine's start killed the process with SIGSEGV and no message.
+TEST(OptionsTest, HugeStackSizeIsAFatalErrorNamingIt) {
+  EXPECT_DEATH(StartWith(WithStackSize(SIZE_MAX)),
+               "fatal error: Options::stack_size=18446744073709551615: want at most 1073741824 \\(1 GiB\\)");
+}
+
+// Near 2^60 the size of a batch of stacks wrapped instead, and mmap's refusal
+// was reported as a lack of address space.
+TEST(OptionsTest, StackSizeNear2To60IsAFatalErrorNamingIt) {
+  EXPECT_DEATH(StartWith(WithStackSize(size_t{1} << 60)),
+               "fatal error: Options::stack_size=1152921504606846976: want at most 1073741824");
+}
+
+TEST(OptionsTest, StackSizeJustAboveTheLimitIsAFatalError) {
+  EXPECT_DEATH(StartWith(WithStackSize((size_t{1} << 30) + 1)),
+               "fatal error: Options::stack_size=1073741825: want at most 1073741824");
+}
+
+TEST(OptionsTest, LargestStackSizeWorks) {
+  EXPECT_EXIT(
+      {
+        StartWith(WithStackSize(size_t{1} << 30));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// A time slice of zero or less means nothing (not "never preempt", not
+// "always"); one shorter than sysmon can time was silently made 50us.
+TEST(OptionsTest, NonPositiveTimeSliceIsAFatalErrorNamingIt) {
+  EXPECT_DEATH(StartWith(WithTimeSlice(absl::ZeroDuration())),
+               "fatal error: Options::time_slice=0: want at least 50us");
+  EXPECT_DEATH(StartWith(WithTimeSlice(absl::Milliseconds(-1))),
+               "fatal error: Options::time_slice=-1ms: want at least 50us");
+}
+
+TEST(OptionsTest, TimeSliceBelow50usIsAFatalError) {
+  EXPECT_DEATH(StartWith(WithTimeSlice(absl::Microseconds(49))),
+               "fatal error: Options::time_slice=49us: want at least 50us");
+}
+
+TEST(OptionsTest, ShortestTimeSliceWorks) {
+  EXPECT_EXIT(
+      {
+        StartWith(WithTimeSlice(absl::Microseconds(50)));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// GOROMAXPROCS stops at 1024; Options::max_procs did not, and 100000 Ps were
+// made without a word (every idle M scans them all).
+TEST(OptionsTest, MaxProcsAboveTheLimitIsCappedWithAWarning) {
+  EXPECT_EXIT(
+      {
+        goro::Options o = goro_test::TestOptions();
+        o.max_procs = 100000;
+        StartWith(o);
+        CHILD_CHECK(goro::GetStats().procs == 1024, "procs=%d", goro::GetStats().procs);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "goro: Options::max_procs=100000: want at most 1024; using 1024\n");
+}
+
+// Negative is not the documented 0 ("the default"): said so, then the default.
+TEST(OptionsTest, NegativeMaxProcsWarnsAndUsesTheDefault) {
+  EXPECT_EXIT(
+      {
+        goro::Options o = goro_test::TestOptions();
+        o.max_procs = -4;
+        StartWith(o);
+        CHILD_CHECK(goro::GetStats().procs >= 1, "procs=%d", goro::GetStats().procs);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "goro: ignoring Options::max_procs=-4: want 0 \\(the default\\) or 1 to 1024; using the default\n");
+}
+
+}  // namespace
