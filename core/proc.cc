@@ -1564,4 +1564,9 @@ Stats GetStats() {
   return s;
 }
 
+Options GetOptions() {
+  if (!sched.started.load(std::memory_order_acquire)) return Options{};
+  return sched.opts;  // fixed once started
+}
+
 }  // namespace goro

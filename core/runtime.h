@@ -301,7 +301,7 @@ struct Sched {
 
   std::vector<P*> allp;  // fixed after start
   int nprocs = 0;
-  Options opts;
+  Options opts;  // as resolved at start (goro::GetOptions); fixed after start
   std::atomic<bool> started{false};
   std::atomic<int64_t> next_goid{1};
   std::atomic<int64_t> next_mid{1};

@@ -22,6 +22,10 @@
 // a P. Iterations measure work done, which also depends on how fast the CPU
 // ran during each turn (another tenant, a busy hyperthread sibling); the time
 // shares measure only what the scheduler hands out.
+//
+// The report (and --json) gives the settings the runtime ran with, which the
+// environment (GORODEBUG=timeslice, asyncpreemptoff) or the build may have
+// changed from what the flags asked for; a line under the header says so.
 #include <time.h>
 #include <unistd.h>
 
@@ -48,9 +52,11 @@
 ABSL_FLAG(int, procs, 2, "number of Ps (logical processors)");
 ABSL_FLAG(int, goroutines, 16, "number of CPU-bound goroutines");
 ABSL_FLAG(double, seconds, 3, "how long to measure");
-ABSL_FLAG(absl::Duration, time_slice, absl::Milliseconds(10), "time slice, e.g. 10ms or 200us");
+ABSL_FLAG(absl::Duration, time_slice, absl::Milliseconds(10),
+          "time slice, e.g. 10ms or 200us (GORODEBUG=timeslice overrides it)");
 ABSL_FLAG(std::string, workload, "spin", "spin, asm, mixed or fib");
-ABSL_FLAG(bool, async_preemption, true, "interrupt goroutines that reach no safe point");
+ABSL_FLAG(bool, async_preemption, true,
+          "interrupt goroutines that reach no safe point (GORODEBUG=asyncpreemptoff=1 and TSan builds turn it off)");
 ABSL_FLAG(bool, sleeper, true, "run a goroutine that sleeps in a loop and measures its lateness");
 ABSL_FLAG(absl::Duration, sleep_interval, absl::Milliseconds(1), "the sleeper's sleep");
 ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this");
@@ -469,10 +475,20 @@ int main(int argc, char** argv) {
   double p50 = Percentile(lateness_ms, 0.50), p99 = Percentile(lateness_ms, 0.99);
   double lmax = lateness_ms.empty() ? 0 : lateness_ms.back();
   goro::Stats st = goro::GetStats();
+  // What the runtime ran with: GORODEBUG may override the time slice and turn
+  // async preemption off, and a TSan build or a CPU without XSAVE turns it off.
+  const goro::Options used = goro::GetOptions();
+  const absl::Duration used_slice = used.time_slice;
+  const bool used_async = used.async_preemption;
 
-  std::printf("goro-fair: workload=%s procs=%d goroutines=%d seconds=%g time_slice=%s async_preemption=%s\n\n",
-              workload.c_str(), procs, n, seconds, absl::FormatDuration(slice).c_str(),
-              opts.async_preemption ? "on" : "off");
+  std::printf("goro-fair: workload=%s procs=%d goroutines=%d seconds=%g time_slice=%s async_preemption=%s\n",
+              workload.c_str(), used.max_procs, n, seconds, absl::FormatDuration(used_slice).c_str(),
+              used_async ? "on" : "off");
+  if (used_slice != slice || used_async != opts.async_preemption) {
+    std::printf("  (the flags asked for time_slice=%s async_preemption=%s: GORODEBUG, a TSan build or the CPU overrode them)\n",
+                absl::FormatDuration(slice).c_str(), opts.async_preemption ? "on" : "off");
+  }
+  std::printf("\n");
   std::printf("  %9s  %-5s  %15s  %7s  %11s\n", "goroutine", "role", "iterations", "share", "preemptions");
   int rows = std::min(n, std::max(0, absl::GetFlag(FLAGS_table_rows)));
   for (int i = 0; i < rows; ++i) {
@@ -521,8 +537,8 @@ int main(int argc, char** argv) {
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
         "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
         "\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu%s}\n",
-        workload.c_str(), procs, n, static_cast<long long>(absl::ToInt64Microseconds(slice)),
-        opts.async_preemption ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
+        workload.c_str(), used.max_procs, n, static_cast<long long>(absl::ToInt64Microseconds(used_slice)),
+        used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
         lmax, static_cast<unsigned long long>(st.async_preemptions),
         static_cast<unsigned long long>(st.cooperative_preemptions),
         static_cast<unsigned long long>(st.preempt_signals_sent),
@@ -537,7 +553,7 @@ int main(int argc, char** argv) {
   const std::string plot = absl::GetFlag(FLAGS_plot);
   if (!plot.empty()) {
     std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
-                                        procs, absl::FormatDuration(slice), jain);
+                                        used.max_procs, absl::FormatDuration(used_slice), jain);
     if (WritePlot(plot, workers, shares, lateness_ms, title)) {
       std::printf("Chart written to %s\n", plot.c_str());
     } else {

@@ -1,11 +1,12 @@
 // goro-fair, the fairness runner, as a user runs it: its --turn_stats report
-// is consistent with what the scheduler can hand out, and bad flags get one
-// line naming them.
+// is consistent with what the scheduler can hand out, its report names the
+// settings the runtime ran with, and bad flags get one line naming them.
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -17,10 +18,11 @@ struct Output {
   std::string text;  // stdout and stderr
 };
 
-// Runs goro-fair with `args`, killed after 60 s (coreutils' timeout).
-Output RunFair(const std::string& args) {
+// Runs goro-fair with `args` and, before the command, `env` (NAME=value
+// words), killed after 60 s (coreutils' timeout).
+Output RunFair(const std::string& args, const std::string& env = "") {
   Output o;
-  std::string cmd = absl::StrFormat("timeout 60 '%s' %s 2>&1", GORO_FAIR_PATH, args);
+  std::string cmd = absl::StrFormat("%s timeout 60 '%s' %s 2>&1", env, GORO_FAIR_PATH, args);
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) return o;
   char buf[4096];
@@ -64,6 +66,26 @@ TEST(FairRunnerTest, TurnStatsNeedTheSpinWorkload) {
   Output o = RunFair("--turn_stats --workload=asm --seconds=0.1");
   EXPECT_EQ(o.exit_code, 2) << o.text;
   EXPECT_EQ(o.text, "goro-fair: --turn_stats: only the spin workload times its turns, not --workload=asm\n");
+}
+
+// The report names the settings the runtime ran with, not the flags: the
+// environment overrides the time slice and async preemption (and a TSan
+// build or a CPU without XSAVE turns async preemption off).
+TEST(FairRunnerTest, ReportsAsyncPreemptionOffWhenTheEnvironmentTurnsItOff) {
+  Output o = RunFair("--json --sleeper=false --seconds=0.2 --goroutines=2 --procs=1",
+                     "GORODEBUG=asyncpreemptoff=1");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, " async_preemption=off\n")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "\"async\":false,")) << o.text;
+}
+
+TEST(FairRunnerTest, ReportsTheTimeSliceTheRuntimeUsed) {
+  Output o = RunFair("--json --sleeper=false --seconds=0.2 --goroutines=2 --procs=1 --time_slice=10ms",
+                     "GORODEBUG=timeslice=1ms");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, " time_slice=1ms ")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "\"time_slice_us\":1000,")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "(the flags asked for time_slice=10ms ")) << o.text;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -109,6 +110,28 @@ TEST(OptionsTest, NegativeMaxProcsWarnsAndUsesTheDefault) {
       },
       ::testing::ExitedWithCode(0),
       "goro: ignoring Options::max_procs=-4: want 0 \\(the default\\) or 1 to 1024; using the default\n");
+}
+
+// GetOptions gives what the runtime runs with, after the environment and the
+// checks above: the Ps resolved, GORODEBUG's slice and async preemption,
+// the stack size raised to its minimum.
+TEST(OptionsTest, GetOptionsGivesTheSettingsInUse) {
+  EXPECT_EXIT(
+      {
+        CHILD_CHECK(goro::GetOptions().max_procs == 0, "before start: max_procs=%d", goro::GetOptions().max_procs);
+        setenv("GORODEBUG", "timeslice=1ms,asyncpreemptoff=1", 1);
+        goro::Options o = goro_test::TestOptions();
+        o.stack_size = 4096;
+        StartWith(o);
+        goro::Options used = goro::GetOptions();
+        CHILD_CHECK(used.max_procs == o.max_procs, "max_procs=%d", used.max_procs);
+        CHILD_CHECK(used.time_slice == absl::Milliseconds(1), "time_slice=%s",
+                    absl::FormatDuration(used.time_slice).c_str());
+        CHILD_CHECK(!used.async_preemption, "async_preemption on");
+        CHILD_CHECK(used.stack_size == 64 * 1024, "stack_size=%zu", used.stack_size);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

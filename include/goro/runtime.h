@@ -126,6 +126,12 @@ struct Stats {
 };
 Stats GetStats();
 
+// The settings the runtime runs with: the Options it was started with as the
+// environment (GOROMAXPROCS, GORODEBUG), the build (no async preemption under
+// ThreadSanitizer) and the CPU (none without XSAVE) changed them, with
+// max_procs the number of Ps. Before the runtime starts: Options{}.
+Options GetOptions();
+
 // Writes every goroutine - its id, state, what it waits for and for how long,
 // and for a parked one (and the caller) its backtrace - like Go's goroutine
 // dump:
