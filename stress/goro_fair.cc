@@ -59,8 +59,8 @@ ABSL_FLAG(bool, async_preemption, true,
           "interrupt goroutines that reach no safe point (GORODEBUG=asyncpreemptoff=1 and TSan builds turn it off)");
 ABSL_FLAG(bool, sleeper, true, "run a goroutine that sleeps in a loop and measures its lateness");
 ABSL_FLAG(absl::Duration, sleep_interval, absl::Milliseconds(1), "the sleeper's sleep");
-ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this");
-ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is below this");
+ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this (0 to 1; 0: no check)");
+ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is below this (0 to 1; 0: no check)");
 ABSL_FLAG(double, max_p99_ms, 0, "exit with status 1 if the sleeper's p99 lateness is above this (0: no limit)");
 ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
 ABSL_FLAG(bool, json, false, "also print the summary as one JSON line");
@@ -395,6 +395,19 @@ int main(int argc, char** argv) {
   if (interval < absl::Microseconds(10) || interval > absl::Seconds(1)) {
     Usage(absl::StrFormat("--sleep_interval=%s: want 10us to 1s", absl::FormatDuration(interval)));
   }
+  // A threshold that is negative, NaN (the negated comparisons catch it) or,
+  // for Jain's index and the share ratio, above 1 is a mistake: 0 means "no
+  // check", nothing else does.
+  const double min_jain = absl::GetFlag(FLAGS_min_jain);
+  const double min_share_ratio = absl::GetFlag(FLAGS_min_share_ratio);
+  const double max_p99_ms = absl::GetFlag(FLAGS_max_p99_ms);
+  const int table_rows = absl::GetFlag(FLAGS_table_rows);
+  if (!(min_jain >= 0 && min_jain <= 1)) Usage(absl::StrFormat("--min_jain=%g: want 0 (no check) to 1", min_jain));
+  if (!(min_share_ratio >= 0 && min_share_ratio <= 1)) {
+    Usage(absl::StrFormat("--min_share_ratio=%g: want 0 (no check) to 1", min_share_ratio));
+  }
+  if (!(max_p99_ms >= 0)) Usage(absl::StrFormat("--max_p99_ms=%g: want 0 (no limit) or more", max_p99_ms));
+  if (table_rows < 0) Usage(absl::StrFormat("--table_rows=%d: want 0 or more", table_rows));
   const bool turn_stats = absl::GetFlag(FLAGS_turn_stats);
   if (turn_stats && workload != "spin") {
     Usage(absl::StrFormat("--turn_stats: only the spin workload times its turns, not --workload=%s", workload));
@@ -490,7 +503,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   std::printf("  %9s  %-5s  %15s  %7s  %11s\n", "goroutine", "role", "iterations", "share", "preemptions");
-  int rows = std::min(n, std::max(0, absl::GetFlag(FLAGS_table_rows)));
+  int rows = std::min(n, table_rows);
   for (int i = 0; i < rows; ++i) {
     const Worker& w = workers[i];
     std::string share = CpuBound(w.role) ? absl::StrFormat("%6.2f%%", shares[i] * 100) : "     - ";
@@ -568,14 +581,16 @@ int main(int argc, char** argv) {
     std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
     if (!ok) rc = 1;
   };
-  if (double t = absl::GetFlag(FLAGS_min_jain); t > 0) {
-    check(jain >= t, absl::StrFormat("Jain's index %.5f >= --min_jain=%g", jain, t));
+  if (min_jain > 0) {
+    check(jain >= min_jain, absl::StrFormat("Jain's index %.5f >= --min_jain=%g", jain, min_jain));
   }
-  if (double t = absl::GetFlag(FLAGS_min_share_ratio); t > 0) {
-    check(ratio >= t, absl::StrFormat("min/max share %.4f >= --min_share_ratio=%g", ratio, t));
+  if (min_share_ratio > 0) {
+    check(ratio >= min_share_ratio,
+          absl::StrFormat("min/max share %.4f >= --min_share_ratio=%g", ratio, min_share_ratio));
   }
-  if (double t = absl::GetFlag(FLAGS_max_p99_ms); t > 0) {
-    check(sleeper && p99 <= t, absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, t));
+  if (max_p99_ms > 0) {
+    check(sleeper && p99 <= max_p99_ms,
+          absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, max_p99_ms));
   }
   return rc;
 }

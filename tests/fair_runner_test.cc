@@ -88,4 +88,27 @@ TEST(FairRunnerTest, ReportsTheTimeSliceTheRuntimeUsed) {
   EXPECT_TRUE(absl::StrContains(o.text, "(the flags asked for time_slice=10ms ")) << o.text;
 }
 
+// A threshold that can never be checked (negative, NaN, or a Jain index or
+// share ratio above 1) is a bad flag, not "no check".
+TEST(FairRunnerTest, BadThresholdsAreRejected) {
+  const struct {
+    const char* flag;
+    const char* line;
+  } cases[] = {
+      {"--min_jain=-0.5", "goro-fair: --min_jain=-0.5: want 0 (no check) to 1\n"},
+      {"--min_jain=nan", "goro-fair: --min_jain=nan: want 0 (no check) to 1\n"},
+      {"--min_jain=1.5", "goro-fair: --min_jain=1.5: want 0 (no check) to 1\n"},
+      {"--min_share_ratio=-1", "goro-fair: --min_share_ratio=-1: want 0 (no check) to 1\n"},
+      {"--min_share_ratio=nan", "goro-fair: --min_share_ratio=nan: want 0 (no check) to 1\n"},
+      {"--max_p99_ms=-3", "goro-fair: --max_p99_ms=-3: want 0 (no limit) or more\n"},
+      {"--max_p99_ms=nan", "goro-fair: --max_p99_ms=nan: want 0 (no limit) or more\n"},
+      {"--table_rows=-1", "goro-fair: --table_rows=-1: want 0 or more\n"},
+  };
+  for (const auto& c : cases) {
+    Output o = RunFair(absl::StrFormat("%s --seconds=0.1 --goroutines=2", c.flag));
+    EXPECT_EQ(o.exit_code, 2) << c.flag << "\n" << o.text;
+    EXPECT_EQ(o.text, c.line) << c.flag;
+  }
+}
+
 }  // namespace
