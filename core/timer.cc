@@ -204,6 +204,9 @@ Chan<absl::Time> After(absl::Duration d) {
   auto* a = new internal::AfterTimer();
   Chan<absl::Time> ch = a->ch;
   if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  // As in SleepFor: Nanotime() plus a saturated ToInt64Nanoseconds (an
+  // infinite or centuries-long d) would wrap into the past and fire at once.
+  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
   a->timer.when = internal::Nanotime() + absl::ToInt64Nanoseconds(d);
   a->timer.f = internal::FireAfter;
   a->timer.arg = a;

@@ -159,6 +159,19 @@ TEST(TimerTest, AfterNeedsNoReceiver) {
   });
 }
 
+// A duration past what int64 nanoseconds hold is clamped (to 100 years, as in
+// SleepFor), not wrapped round into the past: such an After never fires, and
+// a select that uses it as "no timeout" waits for its other cases.
+TEST(TimerTest, AfterAnEnormousDurationDoesNotFire) {
+  RunBounded([] {
+    goro::Chan<absl::Time> never = goro::After(absl::InfiniteDuration());
+    goro::Chan<absl::Time> far = goro::After(absl::Hours(24 * 365 * 300));  // over 2^63 ns
+    goro::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(never.size(), 0u) << "After(InfiniteDuration()) fired";
+    EXPECT_EQ(far.size(), 0u) << "After(300 years) fired";
+  });
+}
+
 TEST(TimerTest, EarlierAfterFiresFirst) {
   RunBounded([] {
     // Deadlines far apart, so that the order is not a matter of noise.
