@@ -12,6 +12,7 @@
 // Sudogs. Channels are locked in address order, so two selects cannot
 // deadlock each other.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -90,6 +91,12 @@ class ChanCore {
     if (cap_ > 0) {
       size_t align = std::max(ops->align, alignof(std::max_align_t));
       stride_ = (ops->size + ops->align - 1) / ops->align * ops->align;
+      // As Go's makechan: a size that wraps (or that no object may have, over
+      // PTRDIFF_MAX) would allocate a short buffer that sends then overrun.
+      if (cap_ > static_cast<size_t>(PTRDIFF_MAX) / stride_) {
+        FatalG(absl::StrCat("makechan: size out of range: capacity ", cap_, " of ", ops->size,
+                            "-byte elements"));
+      }
       buf_ = static_cast<char*>(::operator new(stride_ * cap_, std::align_val_t(align)));
       align_ = align;
     }

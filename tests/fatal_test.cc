@@ -82,6 +82,13 @@ TEST(FatalTest, CloseOfNilChannel) {
                GOROUTINE_LINE("close of nil channel"));
 }
 
+// Go's makechan: a buffer whose size in bytes is out of range (here
+// 8 * 2^61, which wraps to 0 in a size_t) is refused, not allocated short.
+TEST(FatalTest, ChannelBufferSizeOutOfRange) {
+  EXPECT_DEATH(RunInChild([] { goro::Chan<uint64_t> c(size_t{1} << 61); }),
+               GOROUTINE_LINE("makechan: size out of range: capacity 2305843009213693952 of 8-byte elements"));
+}
+
 TEST(FatalTest, NegativeWaitGroupCounter) {
   EXPECT_DEATH(RunInChild([] {
                  goro::WaitGroup wg;
