@@ -22,6 +22,10 @@ using internal::WaitReason;
 
 void WaitGroup::Add(int64_t n) {
   internal::RuntimeScope scope;
+  // The counter is the state's high 32 bits: a wider delta would lose bits.
+  if (n < INT32_MIN || n > INT32_MAX) {
+    internal::FatalG(absl::StrCat("sync: WaitGroup delta ", n, " out of int32 range"));
+  }
   uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
                    (static_cast<uint64_t>(n) << 32);
   int32_t v = static_cast<int32_t>(state >> 32);

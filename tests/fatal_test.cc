@@ -107,6 +107,17 @@ TEST(FatalTest, NegativeWaitGroupAdd) {
                GOROUTINE_LINE("negative WaitGroup counter"));
 }
 
+// The counter has 32 bits: a delta it cannot hold is refused, not truncated
+// (Add(1 << 32) used to add nothing, and Wait returned at once).
+TEST(FatalTest, WaitGroupDeltaOutOfRange) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::WaitGroup wg;
+                 wg.Add(int64_t{1} << 32);
+                 wg.Wait();
+               }),
+               GOROUTINE_LINE("sync: WaitGroup delta 4294967296 out of int32 range"));
+}
+
 TEST(FatalTest, UnlockOfUnlockedMutex) {
   EXPECT_DEATH(RunInChild([] {
                  goro::Mutex mu;

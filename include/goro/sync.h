@@ -27,7 +27,8 @@ struct SemaQueue {
 
 // Waits for a collection of goroutines to finish (Go's sync.WaitGroup).
 // Add(n) before starting the work, Done() when each part finishes, Wait()
-// blocks until the counter is zero. A negative counter is a fatal error.
+// blocks until the counter is zero. A negative counter, or a delta outside
+// int32's range (the counter's width), is a fatal error.
 class WaitGroup {
  public:
   WaitGroup() = default;
