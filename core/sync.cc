@@ -41,7 +41,9 @@ void WaitGroup::Add(int64_t n) {
     internal::FatalG("sync: WaitGroup misuse: Add called concurrently with Wait");
   }
   state_.store(0, std::memory_order_relaxed);
-  // All at once: the first waiter to return may destroy the WaitGroup.
+  // All in one step, which is Add's last touch of the WaitGroup: no waiter
+  // returns before it. Each waiter still reads state_ as it wakes, so the
+  // WaitGroup may go only once every Wait has returned.
   internal::SemReleaseN(&sema_, &waiters_, w, false);
 }
 

@@ -132,8 +132,9 @@ TEST(WaitGroupTest, ReusableAfterWaitReturns) {
   });
 }
 
-// Once Wait has returned, Done is finished with the WaitGroup, and a waiter
-// may destroy it at once (Run's own WaitGroup lives on its caller's stack).
+// Once every Wait has returned, Done is finished with the WaitGroup, and the
+// last waiter may destroy it at once (Run's own WaitGroup, with one waiter,
+// lives on its caller's stack).
 // The last waiter to return poisons the memory: a release that still read it
 // would find a lock word that is never free and spin (the bounded run fails)
 // or write into it (the poison check fails). The race it guards against is a

@@ -29,6 +29,10 @@ struct SemaQueue {
 // Add(n) before starting the work, Done() when each part finishes, Wait()
 // blocks until the counter is zero. A negative counter, or a delta outside
 // int32's range (the counter's width), is a fatal error.
+// As with std::latch, a WaitGroup may be destroyed once every Wait call on it
+// has returned, even if the Done that released them has not; with a single
+// waiter, that is as soon as its Wait returns. With several, the first to
+// return may not destroy it: the others still read it as they wake.
 class WaitGroup {
  public:
   WaitGroup() = default;
@@ -55,7 +59,6 @@ class WaitGroup {
 // has not returned yet: an Unlock that still has a waiter to wake holds that
 // waiter's Lock back until it is done with the Mutex. (Go's Unlock frees the
 // lock before it picks a waiter, which only its garbage collector makes safe.)
-// A WaitGroup may be destroyed as soon as Wait returns.
 class Mutex {
  public:
   Mutex() = default;
