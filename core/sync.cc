@@ -209,17 +209,33 @@ void Mutex::UnlockSlow(int32_t old) {
 //
 // Waiters queue FIFO on the CondVar's own lock. A waiter is enqueued before
 // the user's Mutex is released (so no Signal after that can be missed) and
-// parks afterwards; `parked` tells a signaller whether the waiter has parked
-// yet, and so whether to Ready it or just let it see `woken` and not park.
+// parks afterwards; the `state` on its own record tells a waker whether it
+// has parked yet, and so whether to Ready it or just mark it woken so that it
+// does not park.
+//
+// As POSIX allows, the CondVar may be destroyed once no waiter is queued on
+// it: right after a SignalAll, say, while the waiters it woke are still on
+// their way out of Wait. So once a waker has unlinked a waiter, nothing that
+// waiter's Wait still does may touch the CondVar unless the destructor waits
+// for it. Its park commit touches only its record. The timer of a WaitFor is
+// the exception: its callback runs on some M, unordered with the waker, and
+// takes lock_ to see whether the waiter is still queued. timers_ counts the
+// timers that may still do so, and ~CondVar waits until it is zero.
 
 struct CondVar::Waiter {
+  // `state`: kWaiting until the park commit makes it kParked, or a waker
+  // (holding lock_) makes it kWoken from either; the waker Readies the
+  // goroutine only if it had parked.
+  static constexpr uint32_t kWaiting = 0;
+  static constexpr uint32_t kParked = 1;
+  static constexpr uint32_t kWoken = 2;
+
   internal::G* g = nullptr;
-  Waiter* next = nullptr;
+  Waiter* next = nullptr;  // next, prev, queued: guarded by the CondVar's lock_
   Waiter* prev = nullptr;
   bool queued = false;
-  bool parked = false;
-  bool signalled = false;
-  bool woken = false;  // signalled or timed out
+  bool signalled = false;  // written by the waker before it stores kWoken
+  std::atomic<uint32_t> state{kWaiting};
   CondVar* cv = nullptr;
 };
 
@@ -241,22 +257,20 @@ void Unlink(CondVar::Waiter*& head, CondVar::Waiter*& tail, CondVar::Waiter* w) 
 }
 
 struct CondVarPark {
-  std::atomic<uint32_t>* lock;
   CondVar::Waiter* w;
   internal::Timer* timer;
 };
 
+// On g0, after the waiter switched away. A waker may have unlinked it since
+// it was enqueued, and the CondVar may be gone: only the waiter's record and
+// timer are touched. The CAS is the last touch of those too, since a waker
+// that sees kParked Readies the goroutine, on whose stack they live.
 bool CommitCondVarPark(internal::G*, void* arg) {
   auto* a = static_cast<CondVarPark*>(arg);
+  CondVar::Waiter* w = a->w;
   if (a->timer != nullptr) internal::AddTimer(a->timer);
-  internal::LockWord(*a->lock);
-  if (a->w->woken) {
-    internal::UnlockWord(*a->lock);
-    return false;
-  }
-  a->w->parked = true;
-  internal::UnlockWord(*a->lock);
-  return true;
+  uint32_t waiting = CondVar::Waiter::kWaiting;
+  return w->state.compare_exchange_strong(waiting, CondVar::Waiter::kParked, std::memory_order_acq_rel);
 }
 
 }  // namespace
@@ -266,15 +280,21 @@ bool CommitCondVarPark(internal::G*, void* arg) {
 //
 // A waiter may destroy the CondVar as soon as its Wait returns, so a waker
 // makes a parked waiter runnable only after dropping lock_, its last touch of
-// the CondVar: WakeLocked returns the goroutine to Ready then. (A waiter
-// that has not parked yet sees `woken` under lock_ and does not park.)
+// the CondVar: WakeLocked returns the goroutine to Ready then.
 struct CondVarAccess {
+  // Unlinks w (lock_ held) and returns its goroutine if it has parked. If it
+  // has not, its commit sees kWoken and does not park: w may be gone as soon
+  // as the exchange is done.
   static internal::G* WakeLocked(CondVar* cv, CondVar::Waiter* w, bool signalled) {
     Unlink(cv->head_, cv->tail_, w);
-    w->woken = true;
     w->signalled = signalled;
-    return w->parked ? w->g : nullptr;
+    internal::G* g = w->g;
+    uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
+    return was == CondVar::Waiter::kParked ? g : nullptr;
   }
+  // The record stays valid throughout, because the waiter's DelTimer waits for
+  // this callback; the CondVar does, because this timer's count in timers_
+  // holds its destructor back until the fetch_sub, the last touch of it.
   static void Timeout(internal::Timer* t) {
     auto* w = static_cast<CondVar::Waiter*>(t->arg);
     CondVar* cv = w->cv;
@@ -282,9 +302,22 @@ struct CondVarAccess {
     internal::LockWord(cv->lock_);
     if (w->queued) g = WakeLocked(cv, w, false);
     internal::UnlockWord(cv->lock_);
+    cv->timers_.fetch_sub(1, std::memory_order_release);
     if (g != nullptr) internal::Ready(g);
   }
 };
+
+CondVar::~CondVar() {
+  internal::LockWord(lock_);
+  bool waiters = head_ != nullptr;
+  internal::UnlockWord(lock_);
+  if (waiters) internal::FatalG("sync: CondVar destroyed while waiters are blocked on it");
+  if (timers_.load(std::memory_order_acquire) == 0) return;
+  // A woken WaitFor's timer may be pending or its callback running. The
+  // waiter drops the count of a pending one once it runs again: let it run.
+  internal::RuntimeScope scope;
+  while (timers_.load(std::memory_order_acquire) != 0) internal::YieldNow();
+}
 
 void CondVar::Wait(Mutex& mu) { WaitUntilNanos(mu, 0); }
 
@@ -309,6 +342,9 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   }
   tail_ = &w;
   w.queued = true;
+  // Counted under lock_, so that whoever unlinks w, and so may let the
+  // CondVar be destroyed, has seen it.
+  if (deadline_ns != 0) timers_.fetch_add(1, std::memory_order_relaxed);
   internal::UnlockWord(lock_);
   mu.Unlock();
 
@@ -318,11 +354,13 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
     timer.f = CondVarAccess::Timeout;
     timer.arg = &w;
   }
-  CondVarPark park{&lock_, &w, deadline_ns != 0 ? &timer : nullptr};
+  CondVarPark park{&w, deadline_ns != 0 ? &timer : nullptr};
   internal::Park(WaitReason::kCondVarWait, CommitCondVarPark, &park);
   // After DelTimer the timeout callback is neither running nor pending, so `w`
-  // may safely go away with this frame.
-  if (deadline_ns != 0) internal::DelTimer(&timer);
+  // may safely go away with this frame. If DelTimer removed the timer, the
+  // callback never ran, and its count is ours to drop (the count keeps this
+  // CondVar alive until then); if not, the callback ran and dropped it.
+  if (deadline_ns != 0 && internal::DelTimer(&timer)) timers_.fetch_sub(1, std::memory_order_release);
   mu.Lock();
   return w.signalled;
 }

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -134,6 +136,30 @@ TEST(FatalTest, DoubleUnlockOfMutex) {
                  mu.Unlock();
                }),
                GOROUTINE_LINE("unlock of unlocked mutex"));
+}
+
+// Its waiters' records would point into freed memory, and their timeouts
+// would touch it.
+TEST(FatalTest, CondVarDestroyedWhileAWaiterIsBlocked) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Mutex mu;
+                 bool waiting = false;
+                 auto cv = std::make_unique<goro::CondVar>();
+                 goro::Go([&] {
+                   mu.Lock();
+                   waiting = true;
+                   cv->WaitFor(mu, absl::Seconds(5));
+                 });
+                 for (;;) {
+                   {
+                     std::lock_guard<goro::Mutex> lock(mu);
+                     if (waiting) break;  // queued: Wait released mu
+                   }
+                   goro::Yield();
+                 }
+                 cv.reset();
+               }),
+               GOROUTINE_LINE("sync: CondVar destroyed while waiters are blocked on it"));
 }
 
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {

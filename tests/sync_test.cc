@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -554,6 +555,130 @@ void SignalWithoutTheMutexWhileStopped(bool all) {
 TEST(CondVarTest, NoWaitReturnsBeforeTheSignalThatWakesItIsDone) { SignalWithoutTheMutexWhileStopped(false); }
 
 TEST(CondVarTest, NoWaitReturnsBeforeTheSignalAllThatWakesItIsDone) { SignalWithoutTheMutexWhileStopped(true); }
+
+// A waiter is queued before it releases the mutex and parks only after, so a
+// SignalAll in between wakes it by marking it, not by making it runnable.
+// Nobody is blocked on the CondVar then, and POSIX lets it be destroyed at
+// once (pthread_cond_destroy's rationale): the waiter's park, still to come,
+// must not touch it. The Mutex seam runs the SignalAll and the destruction
+// right there, inside the Unlock in the waiter's own Wait, which has a parked
+// locker to wake. The memory is poisoned: a park that locked the CondVar's
+// lock word would spin for ever (the bounded run fails).
+namespace signalbeforepark {
+std::atomic<goro::CondVar*> target{nullptr};
+std::atomic<int64_t> waiter_id{0};
+std::atomic<bool> hook_ran{false};
+
+void Hook() {
+  if (goro::GoroutineId() != waiter_id.load()) return;
+  goro::CondVar* cv = target.exchange(nullptr);
+  if (cv == nullptr) return;
+  cv->SignalAll();
+  cv->~CondVar();
+  memset(static_cast<void*>(cv), 0xFF, sizeof(goro::CondVar));
+  hook_ran = true;
+}
+}  // namespace signalbeforepark
+
+TEST(CondVarTest, DestroyedAfterSignalAllBeforeTheWokenWaiterParks) {
+  using namespace signalbeforepark;
+  std::vector<std::unique_ptr<unsigned char[]>> graves;  // poisoned, never reused
+  RunBounded(
+      [&] {
+        goro::internal::mutex_unlock_wake_hook.store(&Hook);
+        for (int attempt = 0; attempt < 10 && !hook_ran.load(); ++attempt) {
+          graves.emplace_back(new unsigned char[sizeof(goro::CondVar)]);
+          auto* cv = new (graves.back().get()) goro::CondVar;
+          goro::Mutex mu;
+          std::atomic<bool> locking{false}, armed{false};
+          goro::WaitGroup wg;
+          wg.Add(2);
+          goro::Go([&] {  // the waiter
+            waiter_id = goro::GoroutineId();
+            mu.Lock();
+            goro::Go([&] {  // the locker, for the Unlock in Wait to wake
+              locking = true;
+              mu.Lock();
+              mu.Unlock();
+              wg.Done();
+            });
+            while (!locking.load()) goro::Yield();
+            goro::SleepFor(absl::Milliseconds(20));  // parked in Lock by now (almost always)
+            target = cv;
+            armed = true;
+            cv->Wait(mu);
+            mu.Unlock();
+            wg.Done();
+          });
+          while (!armed.load()) goro::Yield();
+          goro::SleepFor(absl::Milliseconds(20));
+          // If the hook did not run (the locker was not parked), wake the
+          // waiter here; the exchange decides which of the two does.
+          mu.Lock();  // the waiter is queued once it has released mu
+          if (target.exchange(nullptr) != nullptr) cv->SignalAll();
+          mu.Unlock();
+          wg.Wait();
+          if (!hook_ran.load()) cv->~CondVar();
+        }
+        goro::internal::mutex_unlock_wake_hook.store(nullptr);
+      },
+      absl::Seconds(20));
+  ASSERT_TRUE(hook_ran.load()) << "the waiter's Unlock never found the locker parked";
+}
+
+// The same for a WaitFor whose timeout fires as SignalAll wakes it: once a
+// signaller has unlinked the waiter, the timer's callback must not touch the
+// CondVar, which may be gone. Deadlines spread over 0-100 us meet a SignalAll
+// made after 0-52 us, and the CondVar is destroyed and poisoned at once: a
+// late touch spins for ever on the lock word (the bounded run fails) or
+// writes into it (the poison check fails). It runs for a fixed time, not a
+// fixed number of rounds, so that ASan and TSan builds stay short.
+TEST(CondVarTest, DestroyedRightAfterSignalAllWhileTimeoutsFire) {
+  constexpr int kWaiters = 2;
+  constexpr absl::Duration kBudget = absl::Seconds(2);  // ASan/TSan: fewer rounds
+  std::vector<std::unique_ptr<unsigned char[]>> graves;
+  RunBounded(
+      [&] {
+        auto start = Now();
+        for (int round = 0; Since(start) < kBudget; ++round) {
+          graves.emplace_back(new unsigned char[sizeof(goro::CondVar)]);
+          unsigned char* mem = graves.back().get();
+          auto* cv = new (mem) goro::CondVar;
+          goro::Mutex mu;
+          int waiting = 0;  // guarded by mu
+          goro::WaitGroup done;
+          done.Add(kWaiters);
+          absl::Duration d = absl::Microseconds(round % 101);
+          for (int i = 0; i < kWaiters; ++i) {
+            goro::Go([&, cv, d] {
+              mu.Lock();
+              ++waiting;  // queued on cv before WaitFor releases mu
+              cv->WaitFor(mu, d);
+              mu.Unlock();
+              done.Done();
+            });
+          }
+          for (;;) {
+            mu.Lock();
+            if (waiting == kWaiters) break;
+            mu.Unlock();
+            goro::Yield();
+          }
+          goro_test::Spin(absl::Microseconds(round % 53));
+          cv->SignalAll();
+          mu.Unlock();
+          cv->~CondVar();  // nobody is blocked on it any more
+          memset(mem, 0xFF, sizeof(goro::CondVar));
+          done.Wait();
+        }
+      },
+      absl::Seconds(20));
+  for (auto& g : graves) {
+    for (size_t i = 0; i < sizeof(goro::CondVar); ++i) {
+      ASSERT_EQ(g[i], 0xFF) << "a destroyed CondVar was written to";
+    }
+  }
+}
 
 TEST(CondVarTest, WaitAndSignalProducerConsumer) {
   RunBounded([] {

@@ -88,11 +88,17 @@ class Mutex {
 // Wait and WaitFor must be called with `mu` held; they release it while
 // blocked and hold it again when they return. Signal wakes the longest waiter.
 // Signal and SignalAll may be called with or without `mu` held. As POSIX
-// allows, a waiter may destroy the CondVar once its Wait has returned, even
-// if the Signal that woke it has not.
+// allows, a CondVar may be destroyed once nobody is blocked on it: by a
+// waiter once its Wait has returned, even if the Signal that woke it has
+// not; by a signaller right after a SignalAll, even if the waiters it woke
+// have not returned yet. Destroying it while waiters are blocked on it is a
+// fatal error.
 class CondVar {
  public:
   CondVar() = default;
+  // Waits, yielding, until the timers of the WaitFor calls woken on it are
+  // done with it: a woken waiter cancels its timer when it next runs.
+  ~CondVar();
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
 
@@ -109,6 +115,11 @@ class CondVar {
   bool WaitUntilNanos(Mutex& mu, int64_t deadline_ns);
 
   std::atomic<uint32_t> lock_{0};
+  // WaitFor timers whose callback may still take lock_: +1 as the waiter is
+  // queued (under lock_), -1 as the callback's last act or, if the waiter
+  // cancels the timer before it runs, by the waiter. Fills the padding after
+  // lock_, so sizeof(CondVar) is unchanged.
+  std::atomic<int32_t> timers_{0};
   Waiter* head_ = nullptr;  // guarded by lock_
   Waiter* tail_ = nullptr;  // guarded by lock_
 };
