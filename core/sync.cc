@@ -311,7 +311,11 @@ CondVar::~CondVar() {
   internal::LockWord(lock_);
   bool waiters = head_ != nullptr;
   internal::UnlockWord(lock_);
-  if (waiters) internal::FatalG("sync: CondVar destroyed while waiters are blocked on it");
+  // Goroutines still blocked on it, as on a global CondVar when the program
+  // returns from main: nothing can be done for them, and nothing is waited
+  // for (their timers may be hours away). Not an error: a Go program may end
+  // with goroutines blocked too.
+  if (waiters) return;
   if (timers_.load(std::memory_order_acquire) == 0) return;
   // A woken WaitFor's timer may be pending or its callback running. The
   // waiter drops the count of a pending one once it runs again: let it run.

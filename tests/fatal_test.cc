@@ -138,28 +138,40 @@ TEST(FatalTest, DoubleUnlockOfMutex) {
                GOROUTINE_LINE("unlock of unlocked mutex"));
 }
 
-// Its waiters' records would point into freed memory, and their timeouts
-// would touch it.
-TEST(FatalTest, CondVarDestroyedWhileAWaiterIsBlocked) {
-  EXPECT_DEATH(RunInChild([] {
-                 goro::Mutex mu;
-                 bool waiting = false;
-                 auto cv = std::make_unique<goro::CondVar>();
-                 goro::Go([&] {
-                   mu.Lock();
-                   waiting = true;
-                   cv->WaitFor(mu, absl::Seconds(5));
-                 });
-                 for (;;) {
-                   {
-                     std::lock_guard<goro::Mutex> lock(mu);
-                     if (waiting) break;  // queued: Wait released mu
-                   }
-                   goro::Yield();
-                 }
-                 cv.reset();
-               }),
-               GOROUTINE_LINE("sync: CondVar destroyed while waiters are blocked on it"));
+// Not an error: a program that returns from main while goroutines wait on a
+// global CondVar (one in Wait, one in WaitFor with a timer an hour away)
+// exits normally and at once. Fails if the CondVar's destructor treats
+// blocked waiters as an error, or waits for their timers.
+goro::Mutex exit_mu;
+goro::CondVar exit_cv;  // destroyed by exit(), waiters and all
+
+TEST(FatalTest, ExitWithGoroutinesBlockedOnAGlobalCondVar) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(20), "exit with waiters on a CondVar");
+        goro::Run(
+            [] {
+              int waiting = 0;
+              for (int i = 0; i < 2; ++i) {
+                goro::Go([&waiting, i] {
+                  exit_mu.Lock();
+                  ++waiting;
+                  if (i == 0) exit_cv.Wait(exit_mu);
+                  if (i == 1) exit_cv.WaitFor(exit_mu, absl::Hours(1));
+                });
+              }
+              for (;;) {
+                {
+                  std::lock_guard<goro::Mutex> lock(exit_mu);
+                  if (waiting == 2) break;  // both queued: Wait released exit_mu
+                }
+                goro::Yield();
+              }
+            },
+            goro_test::TestOptions());
+        exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {

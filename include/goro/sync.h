@@ -91,8 +91,9 @@ class Mutex {
 // allows, a CondVar may be destroyed once nobody is blocked on it: by a
 // waiter once its Wait has returned, even if the Signal that woke it has
 // not; by a signaller right after a SignalAll, even if the waiters it woke
-// have not returned yet. Destroying it while waiters are blocked on it is a
-// fatal error.
+// have not returned yet. Destroying it while goroutines are still blocked on
+// it leaves them blocked for good (as when the program ends with goroutines
+// waiting on a global CondVar); they must not be woken afterwards.
 class CondVar {
  public:
   CondVar() = default;
