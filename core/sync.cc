@@ -221,6 +221,13 @@ void Mutex::UnlockSlow(int32_t old) {
 // the exception: its callback runs on some M, unordered with the waker, and
 // takes lock_ to see whether the waiter is still queued. timers_ counts the
 // timers that may still do so, and ~CondVar waits until it is zero.
+//
+// A CondVar destroyed with waiters still queued (a global one as the program
+// returns from main, with goroutines blocked on it) detaches them: nothing
+// can signal them any more, but a WaitFor still times out, and its timer's
+// callback must then not touch the CondVar. Callback and destructor settle
+// which of them owns the timer's count with one CAS on the waiter's
+// `timer_state`.
 
 struct CondVar::Waiter {
   // `state`: kWaiting until the park commit makes it kParked, or a waker
@@ -229,13 +236,22 @@ struct CondVar::Waiter {
   static constexpr uint32_t kWaiting = 0;
   static constexpr uint32_t kParked = 1;
   static constexpr uint32_t kWoken = 2;
+  // `timer_state` of a WaitFor: kAttached until its callback starts
+  // (kTimingOut: it will take lock_ and drop the count) or ~CondVar detaches
+  // the waiter (kDetached: the destructor dropped the count; the callback
+  // must not touch the CondVar).
+  static constexpr uint32_t kAttached = 0;
+  static constexpr uint32_t kTimingOut = 1;
+  static constexpr uint32_t kDetached = 2;
 
   internal::G* g = nullptr;
   Waiter* next = nullptr;  // next, prev, queued: guarded by the CondVar's lock_
   Waiter* prev = nullptr;
   bool queued = false;
+  bool timed = false;      // a WaitFor: its timer's count is in timers_
   bool signalled = false;  // written by the waker before it stores kWoken
   std::atomic<uint32_t> state{kWaiting};
+  std::atomic<uint32_t> timer_state{kAttached};
   CondVar* cv = nullptr;
 };
 
@@ -292,30 +308,57 @@ struct CondVarAccess {
     uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
     return was == CondVar::Waiter::kParked ? g : nullptr;
   }
+  // A waiter no longer queued: a waker has woken it (then this does
+  // nothing), or ~CondVar detached it (then this times it out). Touches only
+  // the record; returns the goroutine to Ready if it had parked.
+  static internal::G* WakeDetached(CondVar::Waiter* w) {
+    internal::G* g = w->g;
+    uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
+    return was == CondVar::Waiter::kParked ? g : nullptr;
+  }
   // The record stays valid throughout, because the waiter's DelTimer waits for
   // this callback; the CondVar does, because this timer's count in timers_
   // holds its destructor back until the fetch_sub, the last touch of it.
   static void Timeout(internal::Timer* t) {
     auto* w = static_cast<CondVar::Waiter*>(t->arg);
+    uint32_t attached = CondVar::Waiter::kAttached;
+    if (!w->timer_state.compare_exchange_strong(attached, CondVar::Waiter::kTimingOut,
+                                                std::memory_order_acq_rel)) {
+      // Detached by ~CondVar, which dropped our count: the CondVar is gone.
+      if (internal::G* g = WakeDetached(w)) internal::Ready(g);
+      return;
+    }
     CondVar* cv = w->cv;
-    internal::G* g = nullptr;
     internal::LockWord(cv->lock_);
-    if (w->queued) g = WakeLocked(cv, w, false);
+    internal::G* g = w->queued ? WakeLocked(cv, w, false) : WakeDetached(w);
     internal::UnlockWord(cv->lock_);
     cv->timers_.fetch_sub(1, std::memory_order_release);
     if (g != nullptr) internal::Ready(g);
   }
+  // ~CondVar with waiters still queued: unlinks them all (lock_ held).
+  static void DetachAllLocked(CondVar* cv) {
+    while (cv->head_ != nullptr) {
+      CondVar::Waiter* w = cv->head_;
+      Unlink(cv->head_, cv->tail_, w);
+      uint32_t attached = CondVar::Waiter::kAttached;
+      if (w->timed && w->timer_state.compare_exchange_strong(attached, CondVar::Waiter::kDetached,
+                                                             std::memory_order_acq_rel)) {
+        cv->timers_.fetch_sub(1, std::memory_order_relaxed);  // the callback will not
+      }
+      // Otherwise no timer, or its callback has started and waits for lock_:
+      // it finds the waiter unlinked, times it out and drops its count.
+    }
+  }
 };
 
 CondVar::~CondVar() {
-  internal::LockWord(lock_);
-  bool waiters = head_ != nullptr;
-  internal::UnlockWord(lock_);
   // Goroutines still blocked on it, as on a global CondVar when the program
-  // returns from main: nothing can be done for them, and nothing is waited
-  // for (their timers may be hours away). Not an error: a Go program may end
-  // with goroutines blocked too.
-  if (waiters) return;
+  // returns from main, are detached: nothing can signal them any more, and
+  // their timers (which may be hours away) are not waited for. Not an error:
+  // a Go program may end with goroutines blocked too.
+  internal::LockWord(lock_);
+  CondVarAccess::DetachAllLocked(this);
+  internal::UnlockWord(lock_);
   if (timers_.load(std::memory_order_acquire) == 0) return;
   // A woken WaitFor's timer may be pending or its callback running. The
   // waiter drops the count of a pending one once it runs again: let it run.
@@ -346,9 +389,10 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   }
   tail_ = &w;
   w.queued = true;
+  w.timed = deadline_ns != 0;
   // Counted under lock_, so that whoever unlinks w, and so may let the
   // CondVar be destroyed, has seen it.
-  if (deadline_ns != 0) timers_.fetch_add(1, std::memory_order_relaxed);
+  if (w.timed) timers_.fetch_add(1, std::memory_order_relaxed);
   internal::UnlockWord(lock_);
   mu.Unlock();
 

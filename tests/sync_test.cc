@@ -633,6 +633,53 @@ TEST(CondVarTest, DestroyedAfterSignalAllBeforeTheWokenWaiterParks) {
 // late touch spins for ever on the lock word (the bounded run fails) or
 // writes into it (the poison check fails). It runs for a fixed time, not a
 // fixed number of rounds, so that ASan and TSan builds stay short.
+// Destroyed with goroutines still blocked on it (as a global CondVar is when
+// the program returns from main): they are detached. The one in WaitFor
+// still times out (false) without touching the destroyed CondVar, whose
+// memory is poisoned; the one in Wait stays blocked. Fails if the timeout
+// callback still takes the CondVar's lock (it spins on the poisoned word for
+// ever, holding its P's timer lock: the watchdog), or writes to it.
+TEST(CondVarTest, DestroyedWithWaitersStillQueuedDetachesThem) {
+  alignas(goro::CondVar) static unsigned char storage[sizeof(goro::CondVar)];
+  static goro::Mutex mu;
+  static std::atomic<int> queued{0};
+  static std::atomic<int> timed_out{0}, signalled{0}, plain_returned{0};
+  RunBounded([] {
+    auto* cv = new (storage) goro::CondVar;
+    goro::Go([cv] {
+      mu.Lock();
+      queued.fetch_add(1);
+      (cv->WaitFor(mu, absl::Milliseconds(30)) ? signalled : timed_out).fetch_add(1);
+      mu.Unlock();
+    });
+    goro::Go([cv] {
+      mu.Lock();
+      queued.fetch_add(1);
+      cv->Wait(mu);
+      plain_returned.fetch_add(1);
+      mu.Unlock();
+    });
+    for (;;) {
+      {
+        std::lock_guard<goro::Mutex> lock(mu);  // both queued: Wait released mu
+        if (queued.load() == 2) break;
+      }
+      goro::Yield();
+    }
+    cv->~CondVar();
+    memset(storage, 0xA5, sizeof storage);
+    auto start = Now();
+    while (timed_out.load() + signalled.load() == 0 && Since(start) < absl::Seconds(5)) {
+      goro::SleepFor(absl::Milliseconds(5));
+    }
+    goro::SleepFor(absl::Milliseconds(50));
+  });
+  EXPECT_EQ(timed_out.load(), 1) << "the WaitFor did not time out after its CondVar was destroyed";
+  EXPECT_EQ(signalled.load(), 0);
+  EXPECT_EQ(plain_returned.load(), 0) << "a Wait returned with nobody to signal it";
+  for (unsigned char b : storage) ASSERT_EQ(b, 0xA5) << "the destroyed CondVar was written to";
+}
+
 TEST(CondVarTest, DestroyedRightAfterSignalAllWhileTimeoutsFire) {
   constexpr int kWaiters = 2;
   constexpr absl::Duration kBudget = absl::Seconds(2);  // ASan/TSan: fewer rounds

@@ -92,8 +92,9 @@ class Mutex {
 // waiter once its Wait has returned, even if the Signal that woke it has
 // not; by a signaller right after a SignalAll, even if the waiters it woke
 // have not returned yet. Destroying it while goroutines are still blocked on
-// it leaves them blocked for good (as when the program ends with goroutines
-// waiting on a global CondVar); they must not be woken afterwards.
+// it (as when the program ends with goroutines waiting on a global CondVar)
+// detaches them: nothing can signal them any more, but a WaitFor still
+// returns false when its time is up.
 class CondVar {
  public:
   CondVar() = default;
