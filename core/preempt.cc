@@ -118,7 +118,12 @@ NoPreemptScope::~NoPreemptScope() {
 // dl_iterate_phdr calls back into the main executable while holding the
 // loader's lock; a goroutine interrupted in the callback would park with that
 // lock held and might resume on another thread, which cannot release it. goro
-// interposes the function and runs the whole walk with preemption deferred.
+// interposes the function and runs the whole walk with preemption deferred:
+// preempt_off raised, not a NoPreemptScope, because unwinders call it inside
+// signal handlers (goro's own SIGQUIT and fault reports, a profiler's
+// SIGPROF), where the scope's check of the P could wait for one and its end
+// could switch goroutines. A request that arrives meanwhile waits for the
+// next safe point, or the next signal.
 // ASan's and TSan's runtimes call it while they initialise, before their
 // shadow memory exists, so it is not instrumented (nor is anything it calls
 // then: CurrentGoroutine is inlined by hand, since the compiler will not
@@ -137,6 +142,11 @@ int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   void* g = nullptr;
   if (intptr_t off = goro::internal::goro_tls_g_offset; off != 0) asm volatile("movq %%fs:(%1), %0" : "=r"(g) : "r"(off));
   if (g == nullptr) return real(callback, data);
-  goro::NoPreemptScope no_preempt;
-  return real(callback, data);
+  auto* gp = static_cast<goro::internal::G*>(g);
+  gp->preempt_off.store(gp->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  int r = real(callback, data);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  gp->preempt_off.store(gp->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  return r;
 }

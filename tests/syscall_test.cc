@@ -10,10 +10,12 @@
 // Each test says what would make it fail.
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -314,6 +316,88 @@ TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(
 }
 
 TEST(SyscallTest, NoPreemptScopeAfterARevokedCallGetsItsOwnP) { EXPECT_CHILD_OK(ScopeAfterRevokedCallChild()); }
+
+// dl_iterate_phdr, which goro wraps to defer preemption, is called inside
+// signal handlers by unwinders (goro's own SIGQUIT report, a profiler's). On
+// a goroutine whose P was taken while it blocked in an unmarked read, such a
+// handler must not wait for a P. One P: goroutine A blocks in read() until
+// sysmon hands its P to B, which then holds it inside a NoPreemptScope for
+// 1.5 s; a SIGUSR1 handler on A's thread calls dl_iterate_phdr. Fails if the
+// wrapper checks the P on entry (as NoPreemptScope does): the handler waits
+// for B's scope to end, about 1.5 s.
+std::atomic<pid_t> reader_tid{0};
+std::atomic<int64_t> handler_ns{-1};
+
+int CountObjects(dl_phdr_info*, size_t, void* data) {
+  ++*static_cast<int*>(data);
+  return 0;
+}
+
+void UnwinderLikeHandler(int) {
+  int saved = errno;
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int n = 0;
+  dl_iterate_phdr(CountObjects, &n);  // what libunwind does at each step
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  handler_ns.store((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+  errno = saved;
+}
+
+[[noreturn]] void HandlerAfterRevokedCallChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "dl_iterate_phdr in a handler after a revoked call");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = UnwinderLikeHandler;
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  CHILD_CHECK(sigaction(SIGUSR1, &sa, nullptr) == 0, "sigaction: %s", strerror(errno));
+  static int fds[2];
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  static std::atomic<bool> b_in_scope{false};
+  std::thread helper([] {
+    auto start = Now();
+    while (!b_in_scope.load() && Since(start) < absl::Seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    syscall(SYS_tgkill, getpid(), reader_tid.load(), SIGUSR1);  // A is still in read()
+    start = Now();
+    while (handler_ns.load() < 0 && Since(start) < absl::Seconds(5)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    char c = 'x';
+    CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
+  });
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {  // B: runs only once A's P was handed over (one P)
+          goro::NoPreemptScope no_preempt;
+          b_in_scope = true;
+          goro_test::Spin(absl::Milliseconds(1500));
+          wg.Done();
+        });
+        reader_tid = static_cast<pid_t>(syscall(SYS_gettid));
+        char c;
+        ssize_t r = read(fds[0], &c, 1);  // A: deliberately unmarked
+        CHILD_CHECK(r == 1, "read returned %zd", r);
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(10)));
+  helper.join();
+  CHILD_CHECK(b_in_scope.load(), "B never ran: the P was not handed over during the read");
+  CHILD_CHECK(handler_ns.load() >= 0, "the handler did not run");
+  CHILD_CHECK(handler_ns.load() < 200 * 1000 * 1000,
+              "dl_iterate_phdr in a signal handler took %lld ms: it waited for a P inside the handler",
+              static_cast<long long>(handler_ns.load() / 1000000));
+  ExitChild();
+}
+
+TEST(SyscallTest, DlIteratePhdrInAHandlerAfterARevokedCallDoesNotWaitForAP) {
+  EXPECT_CHILD_OK(HandlerAfterRevokedCallChild());
+}
 
 // ---------------------------------------------------------------------------
 // No EINTR caused by the runtime.
