@@ -1081,9 +1081,12 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
   }
   p->m.store(nullptr, std::memory_order_release);
   trace::PHandoff(p, g, trace::HandoffWhy::kBlockedCall);
+  // While the status is still kRevoking: the goroutine waits for our verdict
+  // before it looks at its P, and ReacquireP clears `revoked` only after, so
+  // this store cannot land on top of that (sysmon's revoked_ms trusts it).
+  m->revoked.store(true, std::memory_order_seq_cst);
   P::Status rev = P::Status::kRevoking;
   if (!p->status.compare_exchange_strong(rev, P::Status::kIdle)) Fatal("TryRevokeP: status changed under it");
-  m->revoked.store(true, std::memory_order_release);
   sched.handoffs.fetch_add(1, std::memory_order_relaxed);
   HandoffP(p);
   return true;
