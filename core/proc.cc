@@ -125,6 +125,7 @@
 #include "core/fatal.h"
 #include "core/runtime.h"
 #include "core/trace.h"
+#include "goro/preempt.h"
 #include "goro/sync.h"
 
 namespace goro::internal {
@@ -1180,7 +1181,13 @@ RuntimeScope::RuntimeScope() {
   }
   g_->preempt_off.store(n + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (n == 0) EnsurePAfterEntry(g_);
+  if (n == 0) {
+    EnsurePAfterEntry(g_);
+  } else if (g_->syscall_depth != 0) {
+    // Inside a marked region the P may be handed to another M at any time:
+    // runtime code run here would use it from two threads.
+    FatalG("goro call inside a marked blocking region (goro::Syscall or SyscallScope); end the region first");
+  }
 }
 
 void ReacquireP(M* m, G* g) {
@@ -1545,7 +1552,7 @@ int64_t GoroutineId() {
 }
 
 Stats GetStats() {
-  internal::RuntimeScope scope;
+  goro::NoPreemptScope no_preempt;  // sched.mu is released on the thread that took it
   Stats s;
   if (!sched.started.load(std::memory_order_acquire)) return s;
   uint64_t created = sched.created_off_p.load(std::memory_order_relaxed);

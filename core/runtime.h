@@ -137,6 +137,9 @@ struct alignas(64) G {
   // P takes such a goroutine alone, never in a batch into its ring.
   bool spent_slice = false;
   int32_t spent_on = -1;  // with spent_slice: the id of the P it was preempted from
+  // Marked blocking regions entered and not left (core/syscall.cc): only the
+  // outermost one enters and leaves the syscall state. The goroutine's own.
+  int32_t syscall_depth = 0;
   void* param = nullptr;
   EhGlobals eh;  // the exception state while not running
 

@@ -51,6 +51,9 @@ void WaitOutPreemptSignal(M* m) {
 
 void EnterSyscall() {
   G* g = CurrentGoroutine();
+  // A region inside a region (goro::Syscall around code that uses another)
+  // is part of the outer one.
+  if (g->syscall_depth++ != 0) return;
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);
@@ -73,8 +76,9 @@ void EnterSyscall() {
 }
 
 void ExitSyscall() {
-  int saved_errno = errno;
   G* g = CurrentGoroutine();
+  if (--g->syscall_depth != 0) return;
+  int saved_errno = errno;
   M* m = CurrentM();
   P* p = m->p;
   M* owner = m;

@@ -174,6 +174,16 @@ TEST(FatalTest, ExitWithGoroutinesBlockedOnAGlobalCondVar) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// Runtime code inside a marked region would use a P that sysmon may hand to
+// another M at any moment.
+TEST(FatalTest, GoroCallInsideAMarkedRegion) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c(1);
+                 goro::Syscall([&] { c.Send(1); });
+               }),
+               GOROUTINE_LINE("goro call inside a marked blocking region"));
+}
+
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw std::runtime_error("boom from run 42"); }),
                "goroutine [0-9]+: uncaught exception: boom from run 42");

@@ -317,6 +317,32 @@ TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(
 
 TEST(SyscallTest, NoPreemptScopeAfterARevokedCallGetsItsOwnP) { EXPECT_CHILD_OK(ScopeAfterRevokedCallChild()); }
 
+// A marked region inside another (goro::Syscall around code that marks its
+// own calls) is part of the outer one. On 1 P the goroutine must be able to
+// run on afterwards. Fails without the nesting count: the inner region's
+// entry took its own P, in kSyscall, for one taken from it and dropped it,
+// and the outer region's exit then lost it for good (the watchdog).
+[[noreturn]] void NestedRegionsChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "nested marked regions");
+  goro::Run(
+      [] {
+        {
+          goro::SyscallScope outer;
+          int r = goro::Syscall([] { return usleep(1000); });
+          CHILD_CHECK(r == 0, "usleep: %s", strerror(errno));
+        }
+        goro::Yield();
+        goro::SleepFor(absl::Milliseconds(1));
+        goro::Chan<int> c(1);
+        goro::Go([c]() mutable { c.Send(7); });
+        CHILD_CHECK(c.Recv() == 7, "a goroutine started after the regions did not run");
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, NestedMarkedRegionsAreOne) { EXPECT_CHILD_OK(NestedRegionsChild()); }
+
 // dl_iterate_phdr, which goro wraps to defer preemption, is called inside
 // signal handlers by unwinders (goro's own SIGQUIT report, a profiler's). On
 // a goroutine whose P was taken while it blocked in an unmarked read, such a

@@ -10,7 +10,8 @@
 //
 // Inside a marked region the goroutine is never sent the preemption signal,
 // so the call sees no EINTR caused by the runtime. It must not call goro
-// functions (channels, locks, Go, sleeps) before the region ends.
+// functions (channels, locks, Go, sleeps, goro::io) before the region ends:
+// that is a fatal error. A region inside a region is part of the outer one.
 //
 // Unmarked blocking calls are detected too, after a while (see
 // docs/syscalls.md), but marking them is cheaper and hands off sooner.
