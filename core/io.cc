@@ -66,13 +66,16 @@ void IoDeadline(Timer* t) {
   }
 }
 
-bool CommitIoWait(G*, void* arg) {
+bool CommitIoWait(G* g, void* arg) {
   auto* w = static_cast<IoWait*>(arg);
   // Lock order: the PollDesc lock, then a timer lock (the timer callback
   // takes no PollDesc lock). Added before unlocking, so the waiter cannot
   // resume before its timer exists.
   if (w->timer.f != nullptr) AddTimer(&w->timer);
   w->pd->lock.Unlock();
+  // A goroutine's M polls when it finds nothing else to run; a plain thread
+  // has no M, so it sees to it that one polls.
+  if (g->external) WakeNetpoller();
   return true;
 }
 

@@ -14,6 +14,13 @@
 //     timer as the timeout; NetpollBreak (an eventfd) interrupts it when an
 //     earlier timer is added, and only a blocking poll takes its token;
 //   - sysmon, if nobody has polled for 10 ms.
+// A goroutine that parks on I/O leaves its M in FindRunnable, which polls or
+// becomes that sleeper. A plain thread that waits on I/O leaves no M behind,
+// and while the runtime is idle (every M in the idle list, sysmon asleep
+// until a P has work) nobody would poll at all: so it calls WakeNetpoller,
+// which wakes the sleeper if it sleeps on its futex, or else an idle M with
+// an idle P (WakeP), which becomes the polling sleeper. Go's wakeNetPoller
+// does the same for a new timer.
 // sched.last_poll is 0 while an M is blocked in epoll_wait, else the time of
 // the last poll.
 //

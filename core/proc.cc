@@ -1291,6 +1291,28 @@ void WakeForTimer(int64_t when) {
   WakeP();
 }
 
+// Like Go's wakeNetPoller, which gets an M into the poller for a new timer:
+// a goroutine that parks on I/O leaves its M in FindRunnable, which polls or
+// becomes the polling sleeper, but a plain thread leaves nobody behind, and
+// with every M idle nobody would ever call epoll_wait. Under sched.mu, so
+// that a sleeper that has not yet seen netpoll_waiters either is seen here or
+// sees it when it next looks.
+void WakeNetpoller() {
+  {
+    absl::MutexLock lock(&sched.mu);
+    if (sched.timer_sleeper != nullptr) {
+      // In epoll_wait, or on its way there; else asleep on its note until a
+      // timer: woken, it takes a P and re-decides (as in FindRunnable).
+      if (!sched.sleeper_polls) sched.timer_sleeper->park.Wakeup();
+      return;
+    }
+  }
+  // No sleeper: an idle M with an idle P will become it. With no idle P, or
+  // an M spinning already, the Ms at work pass through FindRunnable soon and
+  // sysmon (awake while a P is busy) polls every 10 ms.
+  WakeP();
+}
+
 void InjectGList(G* list) {
   if (list == nullptr) return;
   M* m = CurrentM();

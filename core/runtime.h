@@ -506,6 +506,9 @@ bool NetpollInited();
 G* Netpoll(int64_t timeout_ns);
 // Interrupts an M blocked in Netpoll.
 void NetpollBreak();
+// Called when a plain thread waits on I/O: gets an M into epoll_wait if none
+// is there or on its way (core/netpoll.cc, "Who calls epoll_wait").
+void WakeNetpoller();
 // Makes the goroutines of a Netpoll list runnable: onto the current P's run
 // queue if the M has one, else the global queue; wakes Ps as needed.
 void InjectGList(G* list);

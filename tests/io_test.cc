@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -1380,9 +1381,10 @@ TEST_F(IoTest, RegularFileGoesThroughSyscallFallback) {
 // Plain threads (not goroutines) block in io::Read until data arrives.
 //
 // The data come from another plain thread with write(2), while no goroutine
-// runs at all: fails (the reader waits until its deadline) if nobody polls
-// the network when every P is idle but a thread waits on I/O. Then a
-// goroutine writes: fails the same way if a plain thread's wake-up is lost.
+// runs at all. Then a goroutine writes: fails (the reader waits until its
+// deadline) if a plain thread's wake-up is lost. The reader's deadline is a
+// timer, which gets an M into epoll_wait by itself; the test below waits
+// without one.
 
 TEST_F(IoTest, PlainThreadReadBlocksUntilData) {
   int p[2];
@@ -1422,6 +1424,53 @@ TEST_F(IoTest, PlainThreadReadBlocksUntilData) {
   EXPECT_LT(Since(t0), absl::Seconds(2));
   EXPECT_TRUE(io::Close(p[0]).ok());
   EXPECT_TRUE(io::Close(p[1]).ok());
+}
+
+
+// A plain thread that waits on I/O with no deadline while the runtime is idle:
+// every M asleep in the idle list, sysmon asleep until a P has work, no timer.
+// Unlike a goroutine, the thread leaves no M behind that looks for work (and
+// polls) once it parks, so it must get one into epoll_wait itself. Another
+// plain thread writes 100 ms later. Fails (the watchdog, or the check after
+// 10 s) if nobody polls: the byte waits in the pipe for ever. In the second
+// child the Read is the first goro call of the process (an accept loop on
+// main()): it starts the runtime, and no M exists yet.
+[[noreturn]] void PlainThreadReadNoDeadlineChild(bool start_first) {
+  goro_test::Watchdog dog(absl::Seconds(30), "a plain thread's Read without a deadline");
+  if (start_first) {
+    goro_test::StartRuntime();
+    CHILD_CHECK(goro_test::Eventually([] { return goro::internal::sched.sysmon_deep.load(); }),
+                "sysmon never went to sleep for good: the runtime is not idle");
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) _exit(3);
+  std::atomic<bool> returned{false};
+  absl::StatusOr<size_t> r = absl::UnknownError("not run");
+  char c = 0;
+  std::thread reader([&] {
+    r = io::Read(p[0], &c, 1);  // no deadline: no timer
+    returned = true;
+  });
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+  });
+  writer.join();
+  if (!goro_test::Eventually([&] { return returned.load(); }, absl::Seconds(10))) {
+    fprintf(stderr, "io::Read on a plain thread was not woken 10 s after the data came\n");
+    _exit(1);  // the reader is stuck in Read: do not join it
+  }
+  reader.join();
+  CHILD_CHECK(r.ok() && *r == 1 && c == 'x', "Read: %s", r.status().ToString().c_str());
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, PlainThreadReadWithoutDeadlineWakesOnAnIdleRuntime) {
+  EXPECT_EXIT(PlainThreadReadNoDeadlineChild(/*start_first=*/true), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
+  EXPECT_EXIT(PlainThreadReadNoDeadlineChild(/*start_first=*/false), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
