@@ -52,7 +52,8 @@
 // whoever adds an earlier timer wakes it. When every M sleeps in the idle list,
 // nothing is runnable, no timer is pending and some thread waits in Run(),
 // nothing can ever happen again: that is Go's "all goroutines are asleep"
-// deadlock, reported by the last M to go idle (CheckDeadLocked).
+// deadlock, reported by the last M to go idle (CheckDeadLocked), or by the
+// last awake plain thread to park or exit.
 //
 // Parking
 // -------
@@ -139,11 +140,21 @@ __attribute__((tls_model("initial-exec"))) thread_local M* tls_m = nullptr;
 // in, FinishSwitchOnG0 clears it); read through CurrentGoroutine().
 __attribute__((tls_model("initial-exec"))) thread_local G* tls_g = nullptr;
 
+void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
+
 // The stand-in G of a plain thread, counted awake from its first goro call
-// until the thread exits (see Sched::external_awake).
+// until the thread exits (see Sched::external_awake). The last awake thread
+// to exit may be what completes a deadlock, as when it parks (Park): the Ms
+// may all have gone idle while it still counted. Not the main thread: its
+// thread_local destructors run inside exit(), and a report there would turn
+// the end of the program into a fatal error (Go does not look for deadlocks
+// once main returns either).
 struct ExternalGDeleter {
   void operator()(G* g) const {
-    sched.external_awake.fetch_sub(1);
+    if (sched.external_awake.fetch_sub(1) == 1 && ::syscall(SYS_gettid) != getpid()) {
+      absl::MutexLock lock(&sched.mu);
+      CheckDeadLocked();
+    }
     delete g;
   }
 };
@@ -378,7 +389,6 @@ void RunqPut(P* p, G* g, bool next) {
 // Ms: creation, sleeping and waking.
 
 void* MStart(void* arg);
-void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
 
 void NewM(P* p, bool spinning) {
   auto* m = new (std::nothrow) M();
@@ -470,9 +480,10 @@ void StopM(M* m) {
   AcquireP(m, p);
 }
 
-// Called with sched.mu held when an M goes idle: if no M is left running, no
-// goroutine can be run or woken, no timer is pending and a thread waits in
-// Run(), the program can never make progress.
+// Called with sched.mu held when an M goes idle or the last awake plain thread
+// parks or exits: if no M is left running, no goroutine can be run or woken,
+// no timer is pending and a thread waits in Run(), the program can never make
+// progress.
 void CheckDeadLocked() {
   if (sched.run_waiters == 0) return;
   if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -276,6 +277,60 @@ TEST(DeadlockTest, RunWaitingOnAPlainThreadInAGoroCallIsNotADeadlock) {
 
 TEST(DeadlockTest, RunWaitingOnAPlainThreadBlockedInRecvIsNotADeadlock) {
   EXPECT_EXIT(WaitOnServerThreadChild(), ::testing::ExitedWithCode(0), "");
+}
+
+
+// A plain thread that exits was the last sign of life: once it has gone,
+// nothing can wake the goroutine that Run waits for. The thread is known
+// (a goro call) and awake (in a plain sleep, not a goro call) while every M
+// goes idle, so the last M's check finds it awake; then it exits. Fails
+// (the watchdog's message instead of the report) if a thread's exit does
+// not check for deadlock: nobody ever looks again.
+TEST(DeadlockTest, ReportedWhenTheLastAwakePlainThreadExits) {
+  EXPECT_DEATH(
+      {
+        goro_test::StartRuntime();
+        std::atomic<bool> known{false};
+        std::thread helper([&known] {
+          goro::SleepFor(absl::Milliseconds(1));  // the runtime knows this thread from here on
+          known = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));  // awake, not in goro
+        });
+        helper.detach();
+        WaitUntilSet(known);
+        RunExpectingDeadlock([] {
+          goro::Chan<int> c;
+          c.Recv();
+        });
+      },
+      kDeadlock);
+}
+
+
+// ... but exit() from main while another thread waits in Run for a goroutine
+// that can never run again ends the program as asked: main's thread_local
+// destructors run inside exit(), and main leaving is no deadlock. Fails
+// (exit status 2 and the report) if the exit of the main thread, the last
+// awake one, is checked like any other thread's.
+TEST(DeadlockTest, ExitFromMainWhileRunWaitsIsNotADeadlock) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro_test::StartRuntime();  // the runtime knows this thread from here on
+        std::atomic<bool> waiting{false};
+        std::thread runner([&waiting] {
+          goro::Run([&waiting] {
+            waiting = true;
+            goro::Chan<int> c;
+            c.Recv();
+          });
+        });
+        runner.detach();
+        WaitUntilSet(waiting);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every M idle
+        exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
