@@ -1,11 +1,15 @@
 #include "core/env.h"
 
+#include <atomic>
 #include <cstdlib>
-#include "absl/strings/string_view.h"
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/fatal.h"
 
@@ -105,6 +109,37 @@ Options CheckOptions(Options opts) {
     opts.max_procs = kMaxProcsLimit;
   }
   return opts;
+}
+
+namespace {
+
+std::string Show(int v) { return absl::StrCat(v); }
+std::string Show(size_t v) { return absl::StrCat(v); }
+std::string Show(bool v) { return v ? "true" : "false"; }
+std::string Show(absl::Duration v) { return absl::FormatDuration(v); }
+
+}  // namespace
+
+void WarnIgnoredOptions(const Options& asked, const Options& started_with, const Options& in_force) {
+  static const Options kDefaults;
+  std::vector<std::string> ignored, used;
+  auto check = [&](absl::string_view name, const auto& a, const auto& d, const auto& s, const auto& f) {
+    if (a == d || a == s || a == f) return;
+    ignored.push_back(absl::StrCat("Options::", name, "=", Show(a)));
+    used.push_back(absl::StrCat(name, "=", Show(f)));
+  };
+  check("max_procs", asked.max_procs, kDefaults.max_procs, started_with.max_procs, in_force.max_procs);
+  check("time_slice", asked.time_slice, kDefaults.time_slice, started_with.time_slice, in_force.time_slice);
+  check("async_preemption", asked.async_preemption, kDefaults.async_preemption, started_with.async_preemption,
+        in_force.async_preemption);
+  check("stack_size", asked.stack_size, kDefaults.stack_size, started_with.stack_size, in_force.stack_size);
+  check("preempt_signal", asked.preempt_signal, kDefaults.preempt_signal, started_with.preempt_signal,
+        in_force.preempt_signal);
+  if (ignored.empty()) return;
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  Warn(absl::StrCat("ignoring ", absl::StrJoin(ignored, ", "),
+                    " passed to Run: the runtime has already started; using ", absl::StrJoin(used, ", ")));
 }
 
 }  // namespace goro::internal

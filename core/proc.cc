@@ -1423,6 +1423,7 @@ void EnsureStarted(const Options& opts) {
 
   InitCurrentM();
   EnvSettings env = ReadEnvironment();
+  sched.start_opts = opts;
   Options o = CheckOptions(opts);
   if (o.max_procs == 0) {
     o.max_procs = env.max_procs > 0 ? env.max_procs
@@ -1507,6 +1508,7 @@ void Go(absl::AnyInvocable<void() &&> fn) {
 
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   internal::EnsureStarted(opts);
+  internal::WarnIgnoredOptions(opts, sched.start_opts, sched.opts);
   bool from_thread = !internal::OnGoroutine();
   WaitGroup done;
   done.Add(1);

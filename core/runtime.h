@@ -305,6 +305,7 @@ struct Sched {
   std::vector<P*> allp;  // fixed after start
   int nprocs = 0;
   Options opts;  // as resolved at start (goro::GetOptions); fixed after start
+  Options start_opts;  // as passed to the call that started it; fixed after start
   std::atomic<bool> started{false};
   std::atomic<int64_t> next_goid{1};
   std::atomic<int64_t> next_mid{1};

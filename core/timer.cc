@@ -181,8 +181,10 @@ void FireAfter(Timer* t) {
 
 namespace goro {
 
+// Neither sleep starts the runtime: on a goroutine it runs already, and a
+// plain thread sleeps by itself (SleepUntilNanos), so the Options of a Run
+// that comes later still count.
 void SleepFor(absl::Duration d) {
-  internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
   if (d <= absl::ZeroDuration()) {
     Yield();
@@ -193,7 +195,6 @@ void SleepFor(absl::Duration d) {
 }
 
 void SleepUntil(absl::Time t) {
-  internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
   internal::SleepUntilNanos(internal::ToMonotonic(t));
 }

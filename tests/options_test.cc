@@ -134,4 +134,54 @@ TEST(OptionsTest, GetOptionsGivesTheSettingsInUse) {
       ::testing::ExitedWithCode(0), "");
 }
 
+
+// Options are read once, by the call that starts the runtime. SleepFor on a
+// plain thread does not need the runtime and does not start it; before, it
+// started it with the defaults, and the Run that came next lost its Options
+// without a word (here the process ran with the hardware's Ps, not 7).
+TEST(OptionsTest, SleepForOnAPlainThreadLeavesTheOptionsToRun) {
+  EXPECT_EXIT(
+      {
+        goro::SleepFor(absl::Milliseconds(1));
+        goro::SleepUntil(absl::Now() + absl::Milliseconds(1));
+        CHILD_CHECK(goro::GetOptions().max_procs == 0, "SleepFor started the runtime: max_procs=%d",
+                    goro::GetOptions().max_procs);
+        goro::Options o = goro_test::TestOptions();
+        o.max_procs = 7;
+        o.time_slice = absl::Milliseconds(3);
+        StartWith(o);
+        goro::Options used = goro::GetOptions();
+        CHILD_CHECK(used.max_procs == 7, "max_procs=%d", used.max_procs);
+        CHILD_CHECK(used.time_slice == absl::Milliseconds(3), "time_slice=%s",
+                    absl::FormatDuration(used.time_slice).c_str());
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// After, a CondVar wait and io calls do need the runtime, and start it with
+// the defaults. A Run after that names the Options it cannot apply, in one
+// line, once: not again for the same Options, and not for a Run that sets
+// none. Before, nothing was said (the anchored pattern wants exactly that
+// line on stderr).
+TEST(OptionsTest, RunAfterAnImplicitStartNamesTheOptionsItIgnores) {
+  EXPECT_EXIT(
+      {
+        setenv("GOROMAXPROCS", "1", 1);
+        unsetenv("GORODEBUG");
+        goro::After(absl::Milliseconds(1));  // starts the runtime with the defaults
+        goro::Options o = goro_test::TestOptions();
+        o.max_procs = 7;
+        o.time_slice = absl::Milliseconds(3);
+        StartWith(o);
+        StartWith(o);
+        StartWith(goro::Options{});
+        CHILD_CHECK(goro::GetOptions().max_procs == 1, "max_procs=%d", goro::GetOptions().max_procs);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "^goro: ignoring Options::max_procs=7, Options::time_slice=3ms passed to Run: the runtime has already "
+      "started; using max_procs=1, time_slice=10ms\n$");
+}
+
 }  // namespace

@@ -16,10 +16,13 @@
 namespace goro {
 
 // Tunables of the runtime. They are read once, by the call that starts the
-// runtime (the first Run, or the first Go when no Run came before); later calls
-// cannot change them. The environment (GOROMAXPROCS, GORODEBUG) is read at the
-// same moment; see docs/environment.md. A value that cannot work is a fatal
-// error then, in one line naming the option and the value.
+// runtime: the first Run, unless a call that needs the runtime came before it
+// and started it with the defaults - Go, After, a CondVar wait or a goro::io
+// call (not SleepFor or SleepUntil on a plain thread). Later calls cannot
+// change them; the first Run whose Options are ignored so says on stderr, in
+// one line naming them. The environment (GOROMAXPROCS, GORODEBUG) is read at
+// the same moment; see docs/environment.md. A value that cannot work is a
+// fatal error then, in one line naming the option and the value.
 struct Options {
   // Number of logical processors (Ps): how many goroutines run in parallel.
   // 0 means $GOROMAXPROCS when set and valid, else the hardware concurrency.
@@ -100,7 +103,8 @@ void Go(F&& fn) {
 // another one (Go's runtime.Gosched). Off a goroutine: sched_yield().
 void Yield();
 
-// Blocks the calling goroutine (or thread) for at least `d`.
+// Blocks the calling goroutine (or thread) for at least `d`. On a plain thread
+// it does not start the runtime.
 void SleepFor(absl::Duration d);
 // Blocks the calling goroutine (or thread) until at least `t`.
 void SleepUntil(absl::Time t);
