@@ -4,6 +4,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -351,6 +352,56 @@ TEST(ChanTest, MoveOnlyElementsUnbufferedAndRange) {
     }
     EXPECT_EQ(expected, 100);
     EXPECT_EQ(bad, 0);
+  });
+}
+
+// A channel moves its elements with its lock held, so Chan<T> requires a
+// noexcept move (a throwing one is rejected at compile time: see
+// ChanCompileTest.ThrowingMoveIsRejected). A copy that may throw is fine: the
+// channel never copies. Here every copy throws, on every path an element takes.
+struct CopyThrows {
+  int v;
+  explicit CopyThrows(int x) : v(x) {}
+  CopyThrows(CopyThrows&& o) noexcept : v(o.v) {}
+  CopyThrows(const CopyThrows&) : v(0) { throw std::runtime_error("a channel copied its element"); }
+  CopyThrows& operator=(CopyThrows&&) noexcept = default;
+};
+
+TEST(ChanTest, ElementsWithANoexceptMoveAndAThrowingCopyAreNeverCopied) {
+  RunBounded([] {
+    // Buffered: into the buffer and out of it.
+    goro::Chan<CopyThrows> b(2);
+    b.Send(CopyThrows(1));
+    b.Send(CopyThrows(2));
+    // A full buffer with a sender waiting: the receiver takes the head and the
+    // sender's value goes into the freed slot.
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([b, &wg]() mutable {
+      b.Send(CopyThrows(3));
+      wg.Done();
+    });
+    goro::SleepFor(kShortWait);  // let it block
+    for (int i = 1; i <= 3; ++i) EXPECT_EQ(b.Recv()->v, i);
+    wg.Wait();
+    // Unbuffered, both ways: to a waiting receiver and from a waiting sender.
+    goro::Chan<CopyThrows> u;
+    goro::Go([u]() mutable { u.Send(CopyThrows(4)); });
+    EXPECT_EQ(u.Recv()->v, 4);
+    goro::Chan<CopyThrows> got;
+    goro::Go([u, got]() mutable { got.Send(std::move(*u.Recv())); });
+    goro::SleepFor(kShortWait);  // let it block in Recv
+    u.Send(CopyThrows(5));
+    EXPECT_EQ(got.Recv()->v, 5);
+    // Select, both ways, and range.
+    CopyThrows six(6);
+    EXPECT_EQ(goro::Select(goro::OnSend(b, &six)), 0);
+    std::optional<CopyThrows> out;
+    EXPECT_EQ(goro::Select(goro::OnRecv(b, &out)), 0);
+    EXPECT_EQ(out->v, 6);
+    b.Send(CopyThrows(7));
+    b.Close();
+    for (CopyThrows& e : b) EXPECT_EQ(e.v, 7);
   });
 }
 

@@ -8,6 +8,10 @@
 //     channel are fatal errors naming the goroutine;
 //   - Send and Recv on a nil channel (Chan<T>(nullptr)) block forever.
 // Channels may be used from goroutines and from plain threads alike.
+//
+// T must be nothrow move constructible (checked at compile time); a channel
+// never copies its elements. For a type whose move may throw, send a
+// std::unique_ptr<T>.
 #ifndef GORO_CHAN_H_
 #define GORO_CHAN_H_
 
@@ -23,7 +27,9 @@ namespace goro {
 
 namespace internal {
 
-// How the type-erased channel core moves elements of one type.
+// How the type-erased channel core moves elements of one type. None of these
+// throws (Chan<T> requires a noexcept move): the core calls them with the
+// channel's lock held.
 struct ElemOps {
   void (*to_raw)(void* raw, void* src);  // move-construct a T at raw from *src
   void (*to_opt)(void* opt, void* src);  // emplace *src into a std::optional<T>
@@ -68,7 +74,14 @@ int SelectImpl(SelectCaseRep* cases, int n);
 
 template <typename T>
 class Chan {
-  static_assert(std::is_move_constructible_v<T>, "channel elements must be movable");
+  // Elements are moved with the channel's lock held, sometimes after a
+  // waiting goroutine was taken off its queue: an exception there would leave
+  // the lock held and the waiter asleep, so a move that may throw is refused.
+  static_assert(std::is_nothrow_move_constructible_v<T>,
+                "goro::Chan<T> needs a noexcept move constructor (or, for a type without one, "
+                "a noexcept copy constructor): a channel moves its elements with its lock held, "
+                "where an exception could not be recovered from. Mark T's move constructor "
+                "noexcept, or send a std::unique_ptr<T> instead.");
 
  public:
   // A channel with room for `cap` buffered values; 0 makes it unbuffered.
