@@ -12,6 +12,7 @@
 // Sudogs. Channels are locked in address order, so two selects cannot
 // deadlock each other.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -102,7 +103,8 @@ class ChanCore {
     }
   }
   ~ChanCore() {
-    for (size_t i = 0; i < count_; ++i) ops_->destroy(Slot((recvx_ + i) % cap_));
+    size_t n = count_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < n; ++i) ops_->destroy(Slot((recvx_ + i) % cap_));
     if (buf_ != nullptr) ::operator delete(buf_, std::align_val_t(align_));
   }
 
@@ -114,7 +116,8 @@ class ChanCore {
   size_t stride_ = 0;
   size_t align_ = 0;
   char* buf_ = nullptr;
-  size_t count_ = 0;  // guarded by lock (read racily by ChanLen)
+  // Written under lock; ChanLen reads it without, a snapshot as Go's len(ch).
+  std::atomic<size_t> count_{0};
   size_t sendx_ = 0, recvx_ = 0;
   bool closed_ = false;
   WaitQueue recvq, sendq;
@@ -137,10 +140,11 @@ bool TrySendLocked(ChanCore* c, void* elem, G** to_ready) {
     *to_ready = r->g;
     return true;
   }
-  if (c->count_ < c->cap_) {
+  size_t count = c->count_.load(std::memory_order_relaxed);
+  if (count < c->cap_) {
     c->ops_->to_raw(c->Slot(c->sendx_), elem);
     c->sendx_ = (c->sendx_ + 1) % c->cap_;
-    c->count_++;
+    c->count_.store(count + 1, std::memory_order_relaxed);
     return true;
   }
   return false;
@@ -168,12 +172,12 @@ bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
     *received = true;
     return true;
   }
-  if (c->count_ > 0) {
+  if (size_t count = c->count_.load(std::memory_order_relaxed); count > 0) {
     void* slot = c->Slot(c->recvx_);
     c->ops_->to_opt(out, slot);
     c->ops_->destroy(slot);
     c->recvx_ = (c->recvx_ + 1) % c->cap_;
-    c->count_--;
+    c->count_.store(count - 1, std::memory_order_relaxed);
     *received = true;
     return true;
   }
@@ -199,7 +203,7 @@ bool UnlockChan(G*, void* arg) {
 ChanCore* NewChanCore(size_t cap, const ElemOps* ops) { return new ChanCore(cap, ops); }
 void DeleteChanCore(ChanCore* c) { delete c; }
 
-size_t ChanLen(const ChanCore* c) { return c->count_; }
+size_t ChanLen(const ChanCore* c) { return c->count_.load(std::memory_order_relaxed); }
 size_t ChanCap(const ChanCore* c) { return c->cap_; }
 
 void ChanSend(ChanCore* c, void* elem) {

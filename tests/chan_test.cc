@@ -1,4 +1,5 @@
 // Channels: Go's chan semantics, from goroutines and from plain threads.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -98,6 +99,30 @@ TEST(ChanTest, BufferedKeepsFifoOrderAndReportsSizeAndCapacity) {
       EXPECT_EQ(c.Recv().value_or(-1), i);
       EXPECT_EQ(c.size(), static_cast<size_t>(99 - i));
     }
+  });
+}
+
+// Like Go's len(ch), size() is a snapshot that needs no lock: reading it while
+// other goroutines send and receive is not a data race (TSan would say so).
+TEST(ChanTest, SizeMayBeReadWhileOthersSendAndReceive) {
+  RunBounded([] {
+    goro::Chan<int> c(4);
+    std::atomic<bool> stop{false};
+    size_t largest = 0;
+    std::thread reader([&] {
+      while (!stop.load()) largest = std::max(largest, c.size());
+    });
+    goro::WaitGroup wg;
+    wg.Add(1);
+    goro::Go([c, &wg]() mutable {
+      for (int i = 0; i < 20000; ++i) c.Send(i);
+      wg.Done();
+    });
+    for (int i = 0; i < 20000; ++i) EXPECT_EQ(c.Recv().value_or(-1), i);
+    wg.Wait();
+    stop = true;
+    reader.join();
+    EXPECT_LE(largest, 4u);
   });
 }
 

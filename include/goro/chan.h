@@ -102,6 +102,8 @@ class Chan {
   // No more sends; waiting receivers get nullopt after the buffer drains.
   void Close() { internal::ChanClose(core_.get()); }
 
+  // The number of buffered values, like Go's len(ch): a snapshot, which may
+  // be out of date by the time it returns if others send or receive.
   size_t size() const { return core_ ? internal::ChanLen(core_.get()) : 0; }
   size_t capacity() const { return core_ ? internal::ChanCap(core_.get()) : 0; }
   bool is_nil() const { return core_ == nullptr; }
