@@ -252,17 +252,37 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   // A connect interrupted by a signal goes on in the background: asked
   // again, the kernel says it is under way (EALREADY) or done (EISCONN).
   if (retried && errno == EISCONN) return absl::OkStatus();
-  if (errno != EINPROGRESS && errno != EAGAIN && errno != EALREADY) {
-    return internal::ErrnoStatus(errno, "connect", fd);
+  // EAGAIN is not "under way": no connection was started (a Unix-domain
+  // listener's queue is full, or no local TCP port is free), as in Go.
+  if (errno != EINPROGRESS && errno != EALREADY) return internal::ErrnoStatus(errno, "connect", fd);
+  int64_t dl = internal::DeadlineNanos(deadline);
+  // As Go's netFD.connect: a wake-up proves nothing by itself (a readiness
+  // latched before the connect began, say), so ask the socket each time.
+  for (;;) {
+    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
+    int err = 0;
+    socklen_t elen = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
+      return internal::ErrnoStatus(errno, "getsockopt(SO_ERROR)", fd);
+    }
+    switch (err) {
+      case EINPROGRESS:
+      case EALREADY:
+      case EINTR:
+        continue;  // not done yet
+      case EISCONN:
+        return absl::OkStatus();
+      case 0: {
+        sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) return absl::OkStatus();
+        if (errno != ENOTCONN) return internal::ErrnoStatus(errno, "getpeername", fd);
+        continue;  // woken before the connection exists
+      }
+      default:
+        return internal::ErrnoStatus(err, "connect", fd);
+    }
   }
-  if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline)); !s.ok()) {
-    return s;
-  }
-  int err = 0;
-  socklen_t elen = sizeof err;
-  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
-  if (err != 0) return internal::ErrnoStatus(err, "connect", fd);
-  return absl::OkStatus();
 }
 
 absl::Status WaitReadable(int fd, absl::Time deadline) {

@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -23,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -968,6 +970,50 @@ TEST_F(IoTest, TcpAcceptDeadlineConnectEcho) {
         EXPECT_TRUE(io::Close(s2).ok());
       },
       absl::Seconds(25));
+}
+
+// A Unix-domain listener with a full queue: a non-blocking connect says
+// EAGAIN, which means no connection is under way. Fails if io::Connect treats
+// it as "in progress" and returns OK for a socket that is not connected.
+TEST_F(IoTest, ConnectToAFullUnixListenerIsAnError) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string name = absl::StrCat("goro-io-test-full-listener-", getpid());
+  memcpy(addr.sun_path + 1, name.data(), name.size());  // the abstract namespace
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const sockaddr* sa = reinterpret_cast<const sockaddr*>(&addr);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  ASSERT_EQ(bind(lfd, sa, len), 0) << strerror(errno);
+  ASSERT_EQ(listen(lfd, 0), 0) << strerror(errno);
+  std::vector<int> queued;  // never accepted
+  bool full = false;
+  while (!full && queued.size() < 64) {
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ASSERT_GE(c, 0);
+    if (connect(c, sa, len) == 0) {
+      queued.push_back(c);
+      continue;
+    }
+    EXPECT_EQ(errno, EAGAIN) << strerror(errno);
+    close(c);
+    full = true;
+  }
+  ASSERT_TRUE(full) << "the listener's queue never filled";
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(s, 0);
+  absl::Status st;
+  goro_test::GoAndWait([&] { st = io::Connect(s, sa, len, In(absl::Seconds(2))); });
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  sockaddr_un peer{};
+  socklen_t plen = sizeof peer;
+  if (st.ok()) {
+    EXPECT_EQ(getpeername(s, reinterpret_cast<sockaddr*>(&peer), &plen), 0)
+        << "io::Connect returned OK for a socket that is not connected: " << strerror(errno);
+  }
+  EXPECT_TRUE(io::Close(s).ok());
+  for (int c : queued) close(c);
+  close(lfd);
 }
 
 // Accepts one loopback connection: *client (a blocking socket, so that a

@@ -39,6 +39,9 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n,
 // Accepts a connection; the new fd is non-blocking and close-on-exec.
 absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline = absl::InfiniteFuture());
 // Connects fd (a socket) to addr, waiting for the connection to complete.
+// OK means connected. A listener that cannot take the connection now (EAGAIN:
+// a Unix-domain listener's queue is full, or no local port is free) is an
+// error, UnavailableError, as in Go; connect again with a new socket.
 absl::Status Connect(int fd, const sockaddr* addr, socklen_t len,
                      absl::Time deadline = absl::InfiniteFuture());
 // Waits until fd is readable / writable.
