@@ -1498,15 +1498,19 @@ void GoClosure(const ClosureOps* ops, void* f) {
   NewProc(ops, f);
 }
 
+void FatalGoOfNilFunc() { FatalG("go of nil func value"); }
+
 }  // namespace internal
 
 void Go(absl::AnyInvocable<void() &&> fn) {
   using Fn = absl::AnyInvocable<void() &&>;
   static_assert(internal::kFitsInline<Fn>);
+  if (fn == nullptr) internal::FatalGoOfNilFunc();
   internal::GoClosure(&internal::kClosureOps<Fn>, &fn);
 }
 
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
+  if (fn == nullptr) internal::FatalGoOfNilFunc();
   internal::EnsureStarted(opts);
   internal::WarnIgnoredOptions(opts, sched.start_opts, sched.opts);
   bool from_thread = !internal::OnGoroutine();

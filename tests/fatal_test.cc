@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -307,6 +308,56 @@ TEST(FatalTest, MessageNamesTheFailingGoroutine) {
                  goro::SleepFor(absl::Seconds(5));
                }),
                ::testing::MakeMatcher(new NamesGoroutineMatcher("close of closed channel")));
+}
+
+// Go: "go of nil func value", reported at the go statement. An empty
+// callable would otherwise be called in the new goroutine: a jump to address
+// 0 (SIGSEGV with no message) or std::bad_function_call there.
+TEST(FatalTest, GoOfANilFunctionNamesTheCaller) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int64_t> id_chan(1);
+                 goro::Go([id_chan]() mutable {
+                   id_chan.Send(goro::GoroutineId());
+                   goro::SleepFor(absl::Milliseconds(20));
+                   void (*nil)() = nullptr;
+                   goro::Go(nil);
+                   goro::SleepFor(absl::Seconds(5));
+                 });
+                 int64_t id = id_chan.Recv().value_or(-1);
+                 fprintf(stderr, "failing goroutine is %lld\n", static_cast<long long>(id));
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               ::testing::MakeMatcher(new NamesGoroutineMatcher("go of nil func value")));
+}
+
+// Every way an empty callable reaches Go or Run: the AnyInvocable overload
+// (also from nullptr), the inline-closure template, and Run itself.
+TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
+  EXPECT_DEATH(RunInChild([] {
+                 absl::AnyInvocable<void() &&> empty;
+                 goro::Go(std::move(empty));
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("go of nil func value"));
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go(nullptr);
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("go of nil func value"));
+  EXPECT_DEATH(RunInChild([] {
+                 std::function<void()> empty;
+                 goro::Go(empty);
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("go of nil func value"));
+  EXPECT_DEATH(RunInChild([] { goro::Run(nullptr); }), GOROUTINE_LINE("go of nil func value"));
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");
+        void (*nil)() = nullptr;
+        goro::Run(nil);
+      },
+      "thread [0-9]+ \\(not a goroutine\\): go of nil func value");
 }
 
 // Off a goroutine there is no goroutine to name, but misuse is still fatal.

@@ -3,6 +3,7 @@
 #ifndef GORO_RUNTIME_H_
 #define GORO_RUNTIME_H_
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -49,7 +50,8 @@ struct Options {
 
 // Starts the runtime on first use, runs `fn` as a goroutine and blocks the
 // caller until `fn` returns. May be called from any thread, including from a
-// goroutine (then only the calling goroutine blocks), and more than once.
+// goroutine (then only the calling goroutine blocks), and more than once. An
+// empty `fn` is a fatal error ("go of nil func value").
 // While a thread waits here and every goroutine is blocked with nothing that
 // could wake one, the process ends with
 // "fatal error: all goroutines are asleep - deadlock!".
@@ -81,11 +83,24 @@ inline constexpr bool kFitsInline = sizeof(F) <= kInlineClosureSize &&
 // `f` points to a closure of the type `ops` was made for; it is moved from
 // (and still destroyed by its owner).
 void GoClosure(const ClosureOps* ops, void* f);
+// Callables that may be empty: function pointers, and classes that compare
+// with nullptr (std::function, absl::AnyInvocable). A captureless lambda
+// compares too, through its conversion to a function pointer, but is never
+// empty.
+template <typename F>
+inline constexpr bool kMayBeNil = std::is_pointer_v<F> || (!std::is_empty_v<F> && requires(const F& f) {
+  { f == nullptr } -> std::convertible_to<bool>;
+});
+// Go or Run of an empty callable: a fatal error naming the caller, with Go's
+// message "go of nil func value".
+[[noreturn]] void FatalGoOfNilFunc();
 }  // namespace internal
 
 // Starts `fn` as a new goroutine and returns at once. Callable from a goroutine
 // or from any thread; starts the runtime with default Options if needed.
-// An exception escaping `fn` is a fatal error naming the goroutine.
+// An exception escaping `fn` is a fatal error naming the goroutine; an empty
+// `fn` (a null function pointer, an empty std::function or AnyInvocable) is
+// one at the call, naming the caller: "go of nil func value", as in Go.
 void Go(absl::AnyInvocable<void() &&> fn);
 
 // The same for any callable that fits in a goroutine's 48-byte inline closure
@@ -96,6 +111,9 @@ template <typename F>
            std::is_invocable_v<std::decay_t<F>> && internal::kFitsInline<std::decay_t<F>>)
 void Go(F&& fn) {
   std::decay_t<F> f(std::forward<F>(fn));
+  if constexpr (internal::kMayBeNil<std::decay_t<F>>) {
+    if (f == nullptr) internal::FatalGoOfNilFunc();
+  }
   internal::GoClosure(&internal::kClosureOps<std::decay_t<F>>, &f);
 }
 
