@@ -307,8 +307,13 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
 
 absl::Status Close(int fd) {
   internal::RuntimeScope scope;
+  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
   internal::PollDesc* pd = internal::PollDescFor(fd);
-  if (pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
+  if (pd == nullptr) {
+    // Beyond the poller's table: never registered, so nobody waits on it.
+    if (::close(fd) != 0) return internal::ErrnoStatus(errno, "close", fd);
+    return absl::OkStatus();
+  }
   pd->lock.Lock();
   internal::G* waiters = pd->CloseLocked(fd);
   pd->lock.Unlock();

@@ -51,7 +51,7 @@ namespace {
 
 constexpr int kChunkBits = 10;
 constexpr int kChunkSize = 1 << kChunkBits;
-constexpr int kMaxChunks = 4096;  // fds up to 4M
+constexpr int kMaxChunks = kMaxPollFds / kChunkSize;
 
 std::atomic<PollDesc*> chunks[kMaxChunks];
 
@@ -104,7 +104,7 @@ void TakeWaiter(std::atomic<G*>& slot, G** list) {
 bool NetpollInited() { return inited.load(std::memory_order_acquire); }
 
 PollDesc* PollDescFor(int fd) {
-  if (fd < 0 || fd >= kChunkSize * kMaxChunks) return nullptr;
+  if (fd < 0 || fd >= kMaxPollFds) return nullptr;
   EnsureInit();
   std::atomic<PollDesc*>& slot = chunks[fd >> kChunkBits];
   PollDesc* chunk = slot.load(std::memory_order_acquire);

@@ -59,7 +59,12 @@ struct PollDesc {
 // for a plain thread's stand-in, wakes the thread at once.
 void TakeWaiter(std::atomic<G*>& slot, G** list);
 
-// The PollDesc of fd (never freed), or nullptr for an impossible fd number.
+// How many fd numbers the poller's table covers: a larger fd cannot be
+// waited on (io operations say InvalidArgument), but io::Close closes it.
+inline constexpr int kMaxPollFds = 1 << 22;
+
+// The PollDesc of fd (never freed), or nullptr for a negative fd or one of
+// kMaxPollFds or more.
 PollDesc* PollDescFor(int fd);
 
 }  // namespace goro::internal

@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "core/netpoll.h"
 #include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -881,6 +882,25 @@ TEST_F(IoTest, WriteToResetPeerIsUnavailable) {
 
 TEST(IoChildTest, PipeWriteWithNoReaderIsUnavailableNotSigpipe) {
   EXPECT_EXIT(PipeEpipeChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// An fd beyond the poller's table cannot be waited on, but io::Close still
+// closes it (nothing can be waiting on it). Fails if Close returns an error
+// and leaves the fd open. Skipped unless RLIMIT_NOFILE allows such an fd.
+TEST_F(IoTest, CloseOfAnFdBeyondThePollersTableClosesIt) {
+  const int high = goro::internal::kMaxPollFds;
+  std::string why;
+  if (!RaiseFdLimit(static_cast<rlim_t>(high) + 1, &why)) GTEST_SKIP() << why;
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  ASSERT_EQ(dup3(p[0], high, O_CLOEXEC), high) << strerror(errno);
+  close(p[0]);
+  close(p[1]);
+  absl::Status st = io::Close(high);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(fcntl(high, F_GETFD), -1) << "fd " << high << " is still open";
+  if (fcntl(high, F_GETFD) != -1) close(high);
+  EXPECT_TRUE(absl::IsFailedPrecondition(io::Close(high))) << "closing twice";
 }
 
 // ---------------------------------------------------------------------------
