@@ -184,7 +184,13 @@ G* Netpoll(int64_t timeout_ns) {
   do {
     n = epoll_wait(epfd, events, 128, timeout_ms);
   } while (n < 0 && errno == EINTR && timeout_ms == 0);
-  sched.last_poll.store(Nanotime(), std::memory_order_relaxed);
+  if (timeout_ms != 0) {
+    sched.last_poll.store(Nanotime(), std::memory_order_relaxed);
+  } else if (int64_t last = sched.last_poll.load(std::memory_order_relaxed); last != 0) {
+    // Not over the 0 of an M blocked in epoll_wait meanwhile: the others
+    // (FindRunnable, sysmon) look at it before polling, as Go's do.
+    sched.last_poll.compare_exchange_strong(last, Nanotime(), std::memory_order_relaxed);
+  }
   G* list = nullptr;
   for (int i = 0; i < n; ++i) {
     if (events[i].data.ptr == &break_token) {

@@ -730,6 +730,33 @@ TEST_F(IoTest, NonBlockingPollLeavesTheBlockedPollersWakeUp) {
   EXPECT_TRUE(io::Close(p[1]).ok());
 }
 
+// A non-blocking poll leaves last_poll at 0 while an M is blocked in
+// epoll_wait: FindRunnable and sysmon read 0 as "someone is polling" and do
+// not poll themselves. Fails if Netpoll(0) stores its own time over it
+// (then every idle M and sysmon poll as if nobody did, and the test above
+// could not see the blocked poller).
+TEST_F(IoTest, NonBlockingPollKeepsTheBlockedPollersMark) {
+  namespace internal = goro::internal;
+  goro_test::Watchdog dog(absl::Seconds(30), "last_poll");
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  absl::Notification reader_done;
+  goro::Go([&] {
+    char c;
+    EXPECT_TRUE(io::Read(p[0], &c, 1).ok());
+    reader_done.Notify();
+  });
+  ASSERT_TRUE(goro_test::Eventually([] {
+    return internal::sched.last_poll.load() == 0 && internal::sched.poll_until.load() == INT64_MAX;
+  })) << "no M blocked in epoll_wait";
+  internal::InjectGList(internal::Netpoll(0));
+  EXPECT_EQ(internal::sched.last_poll.load(), 0) << "a non-blocking poll hid the blocked one";
+  ASSERT_EQ(write(p[1], "x", 1), 1);
+  reader_done.WaitForNotification();
+  EXPECT_TRUE(io::Close(p[0]).ok());
+  EXPECT_TRUE(io::Close(p[1]).ok());
+}
+
 // ---------------------------------------------------------------------------
 // Bad file descriptors: an error status, never a crash.
 //
