@@ -380,10 +380,10 @@ TEST(ChanTest, MoveOnlyElementsUnbufferedAndRange) {
   });
 }
 
-// A channel moves its elements with its lock held, so Chan<T> requires a
-// noexcept move (a throwing one is rejected at compile time: see
-// ChanCompileTest.ThrowingMoveIsRejected). A copy that may throw is fine: the
-// channel never copies. Here every copy throws, on every path an element takes.
+// A channel moves its elements with its lock held (a move that throws there
+// is a fatal error: FatalTest.ChannelElementWhoseMoveThrows*). A copy that
+// may throw is fine: the channel never copies. Here every copy throws, on
+// every path an element takes.
 struct CopyThrows {
   int v;
   explicit CopyThrows(int x) : v(x) {}

@@ -185,6 +185,45 @@ TEST(FatalTest, GoroCallInsideAMarkedRegion) {
                GOROUTINE_LINE("goro call inside a marked blocking region"));
 }
 
+// A channel moves elements with its lock held: a move that throws there ends
+// the program as an uncaught exception even if the sender would catch it.
+// Fails (the watchdog's message) if the exception leaves Send: the lock stays
+// held and the next operation on the channel spins for ever. Both hand-off
+// paths: into the buffer, and straight to a waiting receiver.
+struct ThrowingMove {
+  int v = 0;
+  explicit ThrowingMove(int x) : v(x) {}
+  ThrowingMove(ThrowingMove&& o) : v(o.v) {  // not noexcept, like std::deque's
+    if (v == 13) throw std::runtime_error("move of 13");
+  }
+};
+
+TEST(FatalTest, ChannelElementWhoseMoveThrowsIntoTheBuffer) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<ThrowingMove> c(1);
+                 try {
+                   c.Send(ThrowingMove(13));
+                 } catch (const std::runtime_error&) {
+                 }
+                 c.Close();
+               }),
+               GOROUTINE_LINE("uncaught exception: move of 13"));
+}
+
+TEST(FatalTest, ChannelElementWhoseMoveThrowsToAWaitingReceiver) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<ThrowingMove> c;
+                 goro::Go([c]() mutable { c.Recv(); });
+                 goro::SleepFor(absl::Milliseconds(20));  // the receiver waits
+                 try {
+                   c.Send(ThrowingMove(13));
+                 } catch (const std::runtime_error&) {
+                 }
+                 c.Close();
+               }),
+               GOROUTINE_LINE("uncaught exception: move of 13"));
+}
+
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw std::runtime_error("boom from run 42"); }),
                "goroutine [0-9]+: uncaught exception: boom from run 42");

@@ -9,9 +9,11 @@
 //   - Send and Recv on a nil channel (Chan<T>(nullptr)) block forever.
 // Channels may be used from goroutines and from plain threads alike.
 //
-// T must be nothrow move constructible (checked at compile time); a channel
-// never copies its elements. For a type whose move may throw, send a
-// std::unique_ptr<T>.
+// A channel moves its elements and never copies them. It moves them with its
+// lock held, where an exception could not be recovered from: a move that
+// throws (std::deque's may, when memory runs out) is a fatal error, reported
+// as an uncaught exception naming the goroutine. Send a std::unique_ptr<T>
+// if that matters.
 #ifndef GORO_CHAN_H_
 #define GORO_CHAN_H_
 
@@ -27,9 +29,10 @@ namespace goro {
 
 namespace internal {
 
-// How the type-erased channel core moves elements of one type. None of these
-// throws (Chan<T> requires a noexcept move): the core calls them with the
-// channel's lock held.
+// How the type-erased channel core moves elements of one type. The core calls
+// them with the channel's lock held, so they are noexcept: a T whose move
+// throws ends the program there (std::terminate, reported as an uncaught
+// exception) rather than leave the lock held and a waiter asleep.
 struct ElemOps {
   void (*to_raw)(void* raw, void* src);  // move-construct a T at raw from *src
   void (*to_opt)(void* opt, void* src);  // emplace *src into a std::optional<T>
@@ -40,11 +43,11 @@ struct ElemOps {
 
 template <typename T>
 inline constexpr ElemOps kElemOps = {
-    [](void* raw, void* src) { ::new (raw) T(std::move(*static_cast<T*>(src))); },
-    [](void* opt, void* src) {
+    [](void* raw, void* src) noexcept { ::new (raw) T(std::move(*static_cast<T*>(src))); },
+    [](void* opt, void* src) noexcept {
       static_cast<std::optional<T>*>(opt)->emplace(std::move(*static_cast<T*>(src)));
     },
-    [](void* raw) { static_cast<T*>(raw)->~T(); },
+    [](void* raw) noexcept { static_cast<T*>(raw)->~T(); },
     sizeof(T),
     alignof(T),
 };
@@ -74,14 +77,7 @@ int SelectImpl(SelectCaseRep* cases, int n);
 
 template <typename T>
 class Chan {
-  // Elements are moved with the channel's lock held, sometimes after a
-  // waiting goroutine was taken off its queue: an exception there would leave
-  // the lock held and the waiter asleep, so a move that may throw is refused.
-  static_assert(std::is_nothrow_move_constructible_v<T>,
-                "goro::Chan<T> needs a noexcept move constructor (or, for a type without one, "
-                "a noexcept copy constructor): a channel moves its elements with its lock held, "
-                "where an exception could not be recovered from. Mark T's move constructor "
-                "noexcept, or send a std::unique_ptr<T> instead.");
+  static_assert(std::is_move_constructible_v<T>, "channel elements must be movable");
 
  public:
   // A channel with room for `cap` buffered values; 0 makes it unbuffered.
