@@ -999,6 +999,7 @@ void GoroutineMain(void* arg) {
   g->closure_ops->run(g->closure);
   g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
   g->closure_ops = nullptr;
+  if (g->syscall_depth != 0) FatalG("goroutine ends inside a marked blocking region (a SyscallScope it never ended)");
   g->preempt_off.store(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);

@@ -77,6 +77,7 @@ void EnterSyscall() {
 
 void ExitSyscall() {
   G* g = CurrentGoroutine();
+  if (g->syscall_depth <= 0) FatalG("a marked blocking region ended on a goroutine that did not start it");
   if (--g->syscall_depth != 0) return;
   int saved_errno = errno;
   M* m = CurrentM();

@@ -224,6 +224,21 @@ TEST(FatalTest, ChannelElementWhoseMoveThrowsToAWaitingReceiver) {
                GOROUTINE_LINE("uncaught exception: move of 13"));
 }
 
+// A region left open would pass on to whatever goroutine reuses the G.
+TEST(FatalTest, GoroutineEndingInsideAMarkedRegion) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::WaitGroup wg;
+                 wg.Add(1);
+                 goro::Go([&wg] {
+                   wg.Done();
+                   new goro::SyscallScope;  // never ended
+                 });
+                 wg.Wait();
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("goroutine ends inside a marked blocking region"));
+}
+
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw std::runtime_error("boom from run 42"); }),
                "goroutine [0-9]+: uncaught exception: boom from run 42");
