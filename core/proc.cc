@@ -111,6 +111,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -145,15 +146,19 @@ void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
 // The stand-in G of a plain thread, counted awake from its first goro call
 // until the thread exits (see Sched::external_awake). The last awake thread
 // to exit may be what completes a deadlock, as when it parks (Park): the Ms
-// may all have gone idle while it still counted. Not the main thread: its
-// thread_local destructors run inside exit(), and a report there would turn
-// the end of the program into a fatal error (Go does not look for deadlocks
-// once main returns either).
+// may all have gone idle while it still counted. But a thread's exit may
+// also be part of the program's: exit() runs the calling thread's
+// thread_local destructors, and static destructors may join threads that
+// used goro. Go does not look for deadlocks once main returns, and a report
+// then would turn the end of the program into a fatal error. So the check
+// is sysmon's, 100 ms later, and only if exit() has not begun by then (the
+// runtime's atexit handler says so); never for the main thread's exit.
 struct ExternalGDeleter {
   void operator()(G* g) const {
-    if (sched.external_awake.fetch_sub(1) == 1 && ::syscall(SYS_gettid) != getpid()) {
-      absl::MutexLock lock(&sched.mu);
-      CheckDeadLocked();
+    if (sched.external_awake.fetch_sub(1) == 1 && ::syscall(SYS_gettid) != getpid() &&
+        sched.started.load(std::memory_order_acquire)) {
+      sched.deadlock_check_at.store(Nanotime() + 100 * 1000 * 1000, std::memory_order_release);
+      WakeSysmonToRetry();
     }
     delete g;
   }
@@ -1042,6 +1047,11 @@ bool TryYieldDirect(M* m, G* g1) {
 
 }  // namespace
 
+void CheckDeadlock() {
+  absl::MutexLock lock(&sched.mu);
+  CheckDeadLocked();
+}
+
 void SwitchToG0(M* m, G* g, SwitchRequest req) {
   m->request = req;
   m->in_switch.store(true, std::memory_order_relaxed);
@@ -1438,6 +1448,7 @@ void EnsureStarted(const Options& opts) {
   sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
   sched.start_time = Nanotime();
+  std::atexit([] { sched.exiting.store(true, std::memory_order_release); });
   sched.schedtrace_ns = env.schedtrace_ms * 1000 * 1000;
   sched.scheddetail = env.scheddetail;
   const arch::CpuInfo& cpu = arch::ProbeCpu();

@@ -321,6 +321,10 @@ struct Sched {
   // something that can wake, like timers.
   std::atomic<int32_t> netpoll_waiters{0};
   std::atomic<int64_t> last_poll{0};  // Nanotime of the last netpoll; 0: an M is blocked in it
+  // When sysmon is to check for deadlock (0: not asked): set when the last
+  // awake plain thread exits (see ExternalGDeleter in core/proc.cc).
+  std::atomic<int64_t> deadlock_check_at{0};
+  std::atomic<bool> exiting{false};  // exit() has begun (an atexit handler)
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
@@ -444,6 +448,9 @@ void WakeSysmon();
 // preemption handler could not take a request. Async-signal-safe (a store
 // and a futex wake).
 void WakeSysmonToRetry();
+// Reports Go's deadlock and ends the program if nothing can ever run again
+// (takes sched.mu; for sysmon's deferred check).
+void CheckDeadlock();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
 // Asks the goroutine running on p to yield, if p is still in the slice

@@ -225,6 +225,10 @@ void SysmonLoop() {
   const int64_t trace_every = sched.schedtrace_ns;
   int64_t next_trace = trace_every > 0 ? sched.start_time + trace_every : INT64_MAX;
   for (;;) {
+    if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && Nanotime() >= at) {
+      sched.deadlock_check_at.store(0, std::memory_order_relaxed);
+      if (!sched.exiting.load(std::memory_order_acquire)) CheckDeadlock();
+    }
     if (int64_t now = Nanotime(); now >= next_trace) {
       PrintSchedTrace(now, sched.scheddetail);
       next_trace += trace_every * ((now - next_trace) / trace_every + 1);
@@ -244,6 +248,9 @@ void SysmonLoop() {
       // Tracing: never sleep past the next line, even with nothing to run.
       int64_t until = AllPsIdle() ? next_trace : std::min(next_trace, Nanotime() + std::max<int64_t>(sleep, 1000));
       sched.sysmon_note.SleepUntil(until);
+      sched.sysmon_note.Clear();
+    } else if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && AllPsIdle()) {
+      sched.sysmon_note.SleepUntil(at);  // a deadlock check is due (ExternalGDeleter)
       sched.sysmon_note.Clear();
     } else if (AllPsIdle()) {
       sched.sysmon_deep.store(true, std::memory_order_seq_cst);

@@ -307,6 +307,48 @@ TEST(DeadlockTest, ReportedWhenTheLastAwakePlainThreadExits) {
 }
 
 
+// ... nor during exit(), when a static destructor joins a thread that used
+// goro (a global pool, say) while another thread waits in Run for a blocked
+// goroutine: that thread's exit is part of the program's. Fails (exit status
+// 2 and the report) if a plain thread's exit checks for deadlock at once.
+struct JoinsAtExit {
+  std::atomic<bool> stop{false};
+  std::thread worker;
+  ~JoinsAtExit() {
+    stop = true;
+    worker.join();  // its exit makes it the last awake thread
+  }
+};
+
+TEST(DeadlockTest, ThreadJoinedByAStaticDestructorIsNotADeadlock) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        goro_test::StartRuntime();
+        std::atomic<bool> waiting{false};
+        std::thread runner([&waiting] {
+          goro::Run([&waiting] {
+            waiting = true;
+            static auto* c = new goro::Chan<int>;  // reachable, never destroyed
+            c->Recv();
+          });
+        });
+        runner.detach();
+        WaitUntilSet(waiting);
+        static JoinsAtExit pool;  // constructed after the runtime started
+        std::atomic<bool> known{false};
+        pool.worker = std::thread([&known] {
+          goro::SleepFor(absl::Milliseconds(1));  // the runtime knows this thread from here on
+          known = true;
+          while (!pool.stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+        WaitUntilSet(known);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every M idle
+        exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // ... but exit() from main while another thread waits in Run for a goroutine
 // that can never run again ends the program as asked: main's thread_local
 // destructors run inside exit(), and main leaving is no deadlock. Fails
