@@ -788,6 +788,9 @@ void StartFromEnvironment() {
     return;
   }
   std::atexit([] {
+    // exit() may run on a goroutine: keep it on this thread while it holds
+    // the trace's absl::Mutexes (see goro::trace::Stop).
+    NoPreemptScope no_preempt;
     absl::Status s = StopTrace(/*mark_blocking=*/false);  // the process is ending
     // FailedPrecondition: the program stopped it itself.
     if (!s.ok() && !absl::IsFailedPrecondition(s)) {
