@@ -1437,8 +1437,10 @@ void EnsureStarted(const Options& opts) {
   sched.start_opts = opts;
   Options o = CheckOptions(opts);
   if (o.max_procs == 0) {
+    // Every CPU, up to the limit an explicit value has too.
     o.max_procs = env.max_procs > 0 ? env.max_procs
-                                    : std::max(1u, std::thread::hardware_concurrency());
+                                    : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u,
+                                                                  static_cast<unsigned>(kMaxProcsLimit)));
   }
   if (env.time_slice.has_value()) o.time_slice = *env.time_slice;
   if (env.async_preempt_off) o.async_preemption = false;

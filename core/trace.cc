@@ -49,6 +49,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "arch/cpu.h"
+#include "core/env.h"
 #include "core/fatal.h"
 #include "core/lock.h"
 #include "core/runtime.h"
@@ -255,12 +256,14 @@ void RecordUnblock(G* g) {
   G* by = CurrentGoroutine();
   uint32_t flow = 0;
   if (p != nullptr && by != nullptr) {
-    // A flow arrow needs a run of `by` on p to start from. Ids: 8 bits of P,
-    // 24 of a per-P sequence (reused only after 16M unblocks on one P).
+    // A flow arrow needs a run of `by` on p to start from. Ids: 10 bits of P
+    // (every P: at most kMaxProcsLimit), 22 of a per-P sequence (reused only
+    // after 4M unblocks on one P).
+    static_assert(kMaxProcsLimit <= (1 << 10), "P ids must fit the flow id's 10 bits");
     Writer& w = st.writers[p->id];
-    w.flow_seq = (w.flow_seq + 1) & 0xffffff;
+    w.flow_seq = (w.flow_seq + 1) & 0x3fffff;
     if (w.flow_seq == 0) w.flow_seq = 1;
-    flow = (static_cast<uint32_t>(p->id & 0xff) << 24) | w.flow_seq;
+    flow = (static_cast<uint32_t>(p->id) << 22) | w.flow_seq;
     g->trace_flow = (uint64_t{st.session.load(std::memory_order_relaxed)} << 32) | flow;
   }
   Emit(p, Make(Kind::kUnblock, IdOf(by), g->id, flow));
