@@ -31,6 +31,9 @@ struct Timer;
 
 // Monotonic nanoseconds (CLOCK_MONOTONIC); the runtime's clock.
 int64_t Nanotime();
+// Nanotime() d from now, d taken as 0 if negative and as 100 years at most:
+// an infinite or centuries-long d would otherwise wrap into the past.
+int64_t NanotimeIn(absl::Duration d);
 // Nanotime() as of sysmon's last wake-up (or start-up): for bookkeeping that
 // needs no precision (how long a goroutine has waited), at the cost of a load.
 int64_t CoarseNanotime();

@@ -368,11 +368,7 @@ CondVar::~CondVar() {
 
 void CondVar::Wait(Mutex& mu) { WaitUntilNanos(mu, 0); }
 
-bool CondVar::WaitFor(Mutex& mu, absl::Duration d) {
-  if (d <= absl::ZeroDuration()) d = absl::ZeroDuration();
-  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
-  return WaitUntilNanos(mu, Nanotime() + absl::ToInt64Nanoseconds(d));
-}
+bool CondVar::WaitFor(Mutex& mu, absl::Duration d) { return WaitUntilNanos(mu, internal::NanotimeIn(d)); }
 
 bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   internal::EnsureStarted(Options{});

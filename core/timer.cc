@@ -7,6 +7,7 @@
 // lets DelTimer promise that a callback is not running once it returns.
 // p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
 // without taking its lock.
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -130,14 +131,14 @@ int64_t EarliestTimer() {
   return next;
 }
 
-namespace {
-
-int64_t ToMonotonic(absl::Time t) {
-  absl::Duration d = t - absl::Now();
-  if (d <= absl::ZeroDuration()) return Nanotime();
-  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
+int64_t NanotimeIn(absl::Duration d) {
+  d = std::clamp(d, absl::ZeroDuration(), absl::Hours(24 * 365 * 100));
   return Nanotime() + absl::ToInt64Nanoseconds(d);
 }
+
+namespace {
+
+int64_t ToMonotonic(absl::Time t) { return NanotimeIn(t - absl::Now()); }
 
 void ReadyTimerG(Timer* t) { Ready(static_cast<G*>(t->arg)); }
 
@@ -190,8 +191,7 @@ void SleepFor(absl::Duration d) {
     Yield();
     return;
   }
-  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
-  internal::SleepUntilNanos(internal::Nanotime() + absl::ToInt64Nanoseconds(d));
+  internal::SleepUntilNanos(internal::NanotimeIn(d));
 }
 
 void SleepUntil(absl::Time t) {
@@ -204,11 +204,7 @@ Chan<absl::Time> After(absl::Duration d) {
   internal::RuntimeScope scope;
   auto* a = new internal::AfterTimer();
   Chan<absl::Time> ch = a->ch;
-  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
-  // As in SleepFor: Nanotime() plus a saturated ToInt64Nanoseconds (an
-  // infinite or centuries-long d) would wrap into the past and fire at once.
-  if (d > absl::Hours(24 * 365 * 100)) d = absl::Hours(24 * 365 * 100);
-  a->timer.when = internal::Nanotime() + absl::ToInt64Nanoseconds(d);
+  a->timer.when = internal::NanotimeIn(d);
   a->timer.f = internal::FireAfter;
   a->timer.arg = a;
   internal::AddTimer(&a->timer);
