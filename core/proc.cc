@@ -52,8 +52,8 @@
 // whoever adds an earlier timer wakes it. When every M sleeps in the idle list,
 // nothing is runnable, no timer is pending and some thread waits in Run(),
 // nothing can ever happen again: that is Go's "all goroutines are asleep"
-// deadlock, reported by the last M to go idle (CheckDeadLocked), or by the
-// last awake plain thread to park or exit.
+// deadlock, reported by the last M to go idle (CheckDeadLocked), by the last
+// awake plain thread to park, or by sysmon soon after the last one exits.
 //
 // Parking
 // -------
@@ -485,8 +485,8 @@ void StopM(M* m) {
   AcquireP(m, p);
 }
 
-// Called with sched.mu held when an M goes idle or the last awake plain thread
-// parks or exits: if no M is left running, no goroutine can be run or woken,
+// Called with sched.mu held when an M goes idle, when the last awake plain
+// thread parks, or by sysmon after the last one exited: if no M is left running, no goroutine can be run or woken,
 // no timer is pending and a thread waits in Run(), the program can never make
 // progress.
 void CheckDeadLocked() {
