@@ -695,6 +695,11 @@ TEST(IoChildTest, ReaderWokenByCloseIsCancelledThoughTheNumberIsReused) {
 // woken M may still look first (its wake-up and this poll race in the
 // kernel), so the test gives it 20 chances.
 
+// The timer sleeper is in epoll_wait with no timeout.
+bool PollerBlockedInEpoll() {
+  return goro::internal::sched.last_poll.load() == 0 && goro::internal::sched.poll_until.load() == INT64_MAX;
+}
+
 TEST_F(IoTest, NonBlockingPollLeavesTheBlockedPollersWakeUp) {
   namespace internal = goro::internal;
   goro_test::Watchdog dog(absl::Seconds(50), "the blocked poller's wake-up");
@@ -708,10 +713,7 @@ TEST_F(IoTest, NonBlockingPollLeavesTheBlockedPollersWakeUp) {
   });
   static std::atomic<bool> fired;
   for (int round = 0; round < 20; ++round) {
-    // The timer sleeper is in epoll_wait with no timeout.
-    ASSERT_TRUE(goro_test::Eventually([] {
-      return internal::sched.last_poll.load() == 0 && internal::sched.poll_until.load() == INT64_MAX;
-    })) << "round " << round << ": no M blocked in epoll_wait";
+    ASSERT_TRUE(goro_test::Eventually(PollerBlockedInEpoll)) << "round " << round << ": no M blocked in epoll_wait";
     fired = false;
     internal::Timer t;
     t.when = internal::Nanotime() + 1000 * 1000;
@@ -746,9 +748,7 @@ TEST_F(IoTest, NonBlockingPollKeepsTheBlockedPollersMark) {
     EXPECT_TRUE(io::Read(p[0], &c, 1).ok());
     reader_done.Notify();
   });
-  ASSERT_TRUE(goro_test::Eventually([] {
-    return internal::sched.last_poll.load() == 0 && internal::sched.poll_until.load() == INT64_MAX;
-  })) << "no M blocked in epoll_wait";
+  ASSERT_TRUE(goro_test::Eventually(PollerBlockedInEpoll)) << "no M blocked in epoll_wait";
   internal::InjectGList(internal::Netpoll(0));
   EXPECT_EQ(internal::sched.last_poll.load(), 0) << "a non-blocking poll hid the blocked one";
   ASSERT_EQ(write(p[1], "x", 1), 1);

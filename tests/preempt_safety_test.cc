@@ -1040,10 +1040,7 @@ TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) {
   static Spin spin;
   static std::atomic<bool> ran_beside_loop{false};
   std::thread stopper([] {  // the loop ends after 3 s whatever happens
-    auto start = Now();
-    while (!ran_beside_loop.load() && Since(start) < absl::Seconds(3)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    goro_test::Eventually([] { return ran_beside_loop.load(); }, absl::Seconds(3));
     spin.stop = 1;
   });
   goro::Run(

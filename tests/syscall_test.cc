@@ -104,6 +104,19 @@ int EpollErr(int epfd, int ms) {
 // crash, a hang caught by the watchdog, a corrupted stack or goroutine id, or
 // channel values lost or duplicated).
 
+// A goroutine that counts until `stop`, with a safe point every 1024 counts;
+// wg.Done() when it stops (the caller has added it).
+void StartCounter(goro::WaitGroup& wg, std::atomic<bool>& stop, std::atomic<uint64_t>& counter) {
+  goro::Go([&wg, &stop, &counter] {
+    uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      counter.fetch_add(1, std::memory_order_relaxed);
+      if (++n % 1024 == 0) goro::Checkpoint();
+    }
+    wg.Done();
+  });
+}
+
 [[noreturn]] void BlockedReaderChild(bool marked) {
   goro_test::Watchdog dog(absl::Seconds(25), marked ? "marked read on one P" : "unmarked read on one P");
   static std::atomic<uint64_t> counter{0};
@@ -144,14 +157,7 @@ int EpollErr(int epfd, int ms) {
       [marked] {
         goro::WaitGroup wg;
         wg.Add(1);
-        goro::Go([&wg] {
-          uint64_t n = 0;
-          while (!stop.load(std::memory_order_relaxed)) {
-            counter.fetch_add(1, std::memory_order_relaxed);
-            if (++n % 1024 == 0) goro::Checkpoint();
-          }
-          wg.Done();
-        });
+        StartCounter(wg, stop, counter);
         if (marked) {
           wg.Add(1);
           goro::Go([&wg] {
@@ -270,10 +276,7 @@ TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(
   CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
   // A plain thread writes the pipe once sysmon has had ample time to revoke.
   std::thread writer([] {
-    auto start = Now();
-    while (!reader_blocking.load() && Since(start) < absl::Seconds(10)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    goro_test::Eventually([] { return reader_blocking.load(); }, absl::Seconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     char c = 'x';
     CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
@@ -282,14 +285,7 @@ TEST(SyscallTest, UnmarkedBlockingReadOnOneProcLetsOthersRun) { EXPECT_CHILD_OK(
       [] {
         goro::WaitGroup wg;
         wg.Add(1);
-        goro::Go([&wg] {
-          uint64_t n = 0;
-          while (!stop.load(std::memory_order_relaxed)) {
-            counter.fetch_add(1, std::memory_order_relaxed);
-            if (++n % 1024 == 0) goro::Checkpoint();
-          }
-          wg.Done();
-        });
+        StartCounter(wg, stop, counter);
         const uint64_t handoffs0 = goro::GetStats().handoffs;
         reader_blocking = true;
         char c;
@@ -382,16 +378,10 @@ void UnwinderLikeHandler(int) {
   CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
   static std::atomic<bool> b_in_scope{false};
   std::thread helper([] {
-    auto start = Now();
-    while (!b_in_scope.load() && Since(start) < absl::Seconds(10)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    goro_test::Eventually([] { return b_in_scope.load(); }, absl::Seconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     syscall(SYS_tgkill, getpid(), reader_tid.load(), SIGUSR1);  // A is still in read()
-    start = Now();
-    while (handler_ns.load() < 0 && Since(start) < absl::Seconds(5)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    goro_test::Eventually([] { return handler_ns.load() >= 0; }, absl::Seconds(5));
     char c = 'x';
     CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
   });
