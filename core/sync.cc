@@ -304,13 +304,12 @@ struct CondVarAccess {
   static internal::G* WakeLocked(CondVar* cv, CondVar::Waiter* w, bool signalled) {
     Unlink(cv->head_, cv->tail_, w);
     w->signalled = signalled;
-    internal::G* g = w->g;
-    uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
-    return was == CondVar::Waiter::kParked ? g : nullptr;
+    return WakeDetached(w);
   }
-  // A waiter no longer queued: a waker has woken it (then this does
-  // nothing), or ~CondVar detached it (then this times it out). Touches only
-  // the record; returns the goroutine to Ready if it had parked.
+  // Marks w woken; returns its goroutine to Ready if it had parked. Touches
+  // only the record. For a waiter no longer queued, a waker may have woken
+  // it already (then this does nothing), or ~CondVar detached it (then this
+  // times it out).
   static internal::G* WakeDetached(CondVar::Waiter* w) {
     internal::G* g = w->g;
     uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
