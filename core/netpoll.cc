@@ -29,6 +29,9 @@
 // CAS, so lookups take no lock. io::Close bumps a PollDesc's sequence number,
 // wakes its waiters and deregisters the fd; reopening the same number starts
 // afresh, and a waiter of the closed file still sees that its file is gone.
+// Each registration's epoll data is the fd number tagged with the sequence
+// number (PollTag), so an event of the closed file that a poller had already
+// fetched is dropped rather than taken for the new file's readiness.
 #include "core/netpoll.h"
 
 #include <fcntl.h>
@@ -61,8 +64,8 @@ std::atomic<bool> inited{false};
 std::atomic<bool> break_pending{false};
 absl::Mutex init_mu(absl::kConstInit);
 
-// The epoll_event data for the break eventfd (not a PollDesc).
-char break_token;
+// The epoll_event data for the break eventfd: an fd field no PollDesc has.
+constexpr uint64_t kBreakTag = kMaxPollFds;
 
 void InitLocked() {
   epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -71,7 +74,7 @@ void InitLocked() {
   if (breakfd < 0) Fatal(absl::StrCat("netpoll: eventfd failed: errno ", errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = &break_token;
+  ev.data.u64 = kBreakTag;
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, breakfd, &ev) != 0) Fatal("netpoll: cannot watch its eventfd");
   sched.last_poll.store(Nanotime(), std::memory_order_relaxed);
   inited.store(true, std::memory_order_release);
@@ -137,7 +140,7 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
-  ev.data.ptr = this;
+  ev.data.u64 = PollTag(fd, seq);
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
     if ((flags & O_NONBLOCK) == 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     state = Registration::kPolled;
@@ -146,8 +149,10 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
     tcp = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP;
   } else if (errno == EPERM) {
     state = Registration::kNotPollable;  // a regular file or a directory
-  } else if (errno == EEXIST) {
-    state = Registration::kPolled;  // registered before (e.g. dup'ed number)
+  } else if (errno == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
+    // Already in the epoll set (epoll keys an entry on the open file and the
+    // number): it now carries this seq's tag.
+    state = Registration::kPolled;
     tcp = false;
   } else {
     lock.Unlock();
@@ -191,16 +196,21 @@ G* Netpoll(int64_t timeout_ns) {
     // (FindRunnable, sysmon) look at it before polling, as Go's do.
     sched.last_poll.compare_exchange_strong(last, Nanotime(), std::memory_order_relaxed);
   }
+  return NetpollHandle(events, n, /*blocking=*/timeout_ms != 0);
+}
+
+G* NetpollHandle(const epoll_event* events, int n, bool blocking) {
   G* list = nullptr;
   for (int i = 0; i < n; ++i) {
-    if (events[i].data.ptr == &break_token) {
+    uint64_t tag = events[i].data.u64;
+    if (tag == kBreakTag) {
       // NetpollBreak's token is for the M blocked in epoll_wait: only a
       // blocking poll takes it, as in Go. A non-blocking one that took it
       // could do so after the write woke that M but before it looked; the
       // kernel would then find nothing for it and it would sleep on. Left
       // in place, the token (the eventfd is level-triggered) shows up in
       // every non-blocking poll until a blocking one takes it; they skip it.
-      if (timeout_ms != 0) {
+      if (blocking) {
         uint64_t v;
         while (read(breakfd, &v, sizeof v) > 0) {
         }
@@ -208,9 +218,14 @@ G* Netpoll(int64_t timeout_ns) {
       }
       continue;
     }
-    auto* pd = static_cast<PollDesc*>(events[i].data.ptr);
+    int fd = static_cast<int>(tag & ((uint64_t{1} << kPollTagFdBits) - 1));
+    PollDesc* pd = PollDescFor(fd);
     uint32_t ev = events[i].events;
     pd->lock.Lock();
+    if (PollTag(fd, pd->seq) != tag || pd->state != PollDesc::Registration::kPolled) {
+      pd->lock.Unlock();  // for a file closed since epoll_wait returned
+      continue;
+    }
     if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) pd->hup = true;
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) {
       pd->rready = true;

@@ -2,6 +2,10 @@
 #ifndef GORO_CORE_NETPOLL_H_
 #define GORO_CORE_NETPOLL_H_
 
+#include <sys/epoll.h>
+
+#include <cstdint>
+
 #include "core/lock.h"
 #include "core/runtime.h"
 
@@ -66,6 +70,23 @@ inline constexpr int kMaxPollFds = 1 << 22;
 // The PollDesc of fd (never freed), or nullptr for a negative fd or one of
 // kMaxPollFds or more.
 PollDesc* PollDescFor(int fd);
+
+// What a registration's epoll_event.data carries: the fd number and the low
+// 41 bits of the PollDesc's seq (Go tags its pollDesc pointer with fdseq the
+// same way). An event that epoll_wait returned before io::Close but that is
+// handled after the number was registered again for another file carries
+// the old seq, and is dropped instead of marking the new file ready.
+inline constexpr int kPollTagFdBits = 23;
+static_assert(kMaxPollFds < (1 << kPollTagFdBits), "the fd field must also hold the break tag");
+inline uint64_t PollTag(int fd, uint64_t seq) {
+  return seq << kPollTagFdBits | static_cast<uint64_t>(fd);
+}
+
+// Handles n events returned by epoll_wait: marks the fds ready and returns
+// their waiters (made runnable) as a list through G::sched_link. `blocking`:
+// the events came from a blocking epoll_wait, which alone takes
+// NetpollBreak's token.
+G* NetpollHandle(const epoll_event* events, int n, bool blocking);
 
 }  // namespace goro::internal
 

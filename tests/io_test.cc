@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -679,6 +680,57 @@ TEST_F(IoTest, CloseWakesPlainThreadReader) {
 
 TEST(IoChildTest, ReaderWokenByCloseIsCancelledThoughTheNumberIsReused) {
   EXPECT_EXIT(CloseThenReuseNumberChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// An event that a poller fetched from epoll_wait before io::Close, but
+// handles only after the number was registered again by another file. The
+// test hands such an event to the poller's handler itself (the window in a
+// real run is a few instructions). Fails if the handler takes it for the new
+// file's: WaitReadable on the new, empty pipe then returns OK at once instead
+// of timing out. The same event with the new file's tag must mark it ready,
+// or the check would pass with a handler that drops everything.
+TEST_F(IoTest, StaleEventOfAClosedFileDoesNotMarkTheReusedNumberReady) {
+  namespace internal = goro::internal;
+  goro_test::RunBounded(
+      [&] {
+        int p[2], q[2];
+        ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(p[0], absl::InfinitePast())));  // registers p[0]
+        internal::PollDesc* pd = internal::PollDescFor(p[0]);
+        ASSERT_NE(pd, nullptr);
+        pd->lock.Lock();
+        uint64_t old_seq = pd->seq;
+        pd->lock.Unlock();
+        ASSERT_TRUE(io::Close(p[0]).ok());
+        ASSERT_EQ(pipe2(q, O_CLOEXEC), 0);
+        if (q[0] != p[0]) {  // not the lowest free number: make it so
+          ASSERT_EQ(dup2(q[0], p[0]), p[0]) << strerror(errno);
+          close(q[0]);
+          q[0] = p[0];
+        }
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(q[0], absl::InfinitePast())));  // registers q[0]
+
+        epoll_event stale{};
+        stale.events = EPOLLIN;
+        stale.data.u64 = internal::PollTag(q[0], old_seq);
+        internal::InjectGList(internal::NetpollHandle(&stale, 1, /*blocking=*/false));
+        absl::Status s = io::WaitReadable(q[0], In(absl::Milliseconds(50)));
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << "the closed file's event made the new one ready: " << s;
+
+        pd->lock.Lock();
+        uint64_t new_seq = pd->seq;
+        pd->lock.Unlock();
+        epoll_event current = stale;
+        current.data.u64 = internal::PollTag(q[0], new_seq);
+        internal::InjectGList(internal::NetpollHandle(&current, 1, /*blocking=*/false));
+        s = io::WaitReadable(q[0], In(absl::Seconds(5)));
+        EXPECT_TRUE(s.ok()) << "the new file's own event was dropped: " << s;
+
+        EXPECT_TRUE(io::Close(q[0]).ok());
+        EXPECT_TRUE(io::Close(q[1]).ok());
+        EXPECT_TRUE(io::Close(p[1]).ok());
+      },
+      absl::Seconds(25));
 }
 
 // ---------------------------------------------------------------------------
