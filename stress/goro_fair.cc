@@ -34,7 +34,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,8 +45,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "goro/goro.h"
@@ -61,7 +67,8 @@ ABSL_FLAG(bool, sleeper, true, "run a goroutine that sleeps in a loop and measur
 ABSL_FLAG(absl::Duration, sleep_interval, absl::Milliseconds(1), "the sleeper's sleep");
 ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this (0 to 1; 0: no check)");
 ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is below this (0 to 1; 0: no check)");
-ABSL_FLAG(double, max_p99_ms, 0, "exit with status 1 if the sleeper's p99 lateness is above this (0: no limit)");
+ABSL_FLAG(double, max_p99_ms, 0,
+          "exit with status 1 if the sleeper's p99 lateness is above this, or if it never woke (0: no limit)");
 ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
 ABSL_FLAG(bool, json, false, "also print the summary as one JSON line");
 ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
@@ -331,6 +338,16 @@ TurnStats SummarizeTurns(const std::vector<Worker>& ws, int64_t t0, int64_t t1) 
   return r;
 }
 
+// A string as gnuplot reads it between single quotes (a quote is doubled).
+std::string GnuplotQuoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    out += c;
+    if (c == '\'') out += c;
+  }
+  return out + "'";
+}
+
 bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std::vector<double>& shares,
                const std::vector<double>& lateness_ms, const std::string& title) {
   char dir[] = "/tmp/goro-fair-XXXXXX";
@@ -352,8 +369,8 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
   {
     std::ofstream f(d + "/plot.gp");
     f << "set terminal png size 1200,500\n"
-      << "set output '" << path << "'\n"
-      << "set multiplot layout 1,2 title '" << title << "'\n"
+      << "set output " << GnuplotQuoted(path) << "\n"
+      << "set multiplot layout 1,2 title " << GnuplotQuoted(title) << "\n"
       << "set title 'CPU share per goroutine'\nset ylabel 'share (%)'\nset xlabel 'goroutine id'\n"
       << "set style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\nunset key\n"
       << "plot '" << d << "/shares.dat' using 1:2:xtic(3) with boxes lc rgb '#4477aa'\n"
@@ -362,19 +379,77 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
       << "plot '" << d << "/lateness.dat' using 1:2 with steps lw 2 lc rgb '#aa3377'\n"
       << "unset multiplot\n";
   }
-  std::string cmd = "gnuplot '" + d + "/plot.gp' 2>&1";
+  // gnuplot's messages go to stderr, after the report already printed.
+  std::fflush(stdout);
+  std::string cmd = "gnuplot '" + d + "/plot.gp' 1>&2";
   int rc = std::system(cmd.c_str());
   std::system(("rm -rf '" + d + "'").c_str());
   return rc == 0;
 }
 
+bool InPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    std::string file = absl::StrCat(dir.empty() ? "." : dir, "/", program);
+    if (access(file.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// Checked before the run, so that a bad --plot does not cost the run.
+void CheckPlotPath(const std::string& path) {
+  if (!InPath("gnuplot")) {
+    Usage(absl::StrFormat("--plot=%s: gnuplot is not installed (apt-get install gnuplot-nox)", path));
+  }
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    Usage(absl::StrFormat("--plot=%s: cannot write in %s: %s", path, dir, std::strerror(errno)));
+  }
+}
+
+// Abseil's parser ends the process with status 1 after a flag it cannot
+// parse and after --help, and 1 is goro-fair's "below a threshold". While it
+// runs, an atexit hook turns its exits into 2 (a usage error, like goro-fair's
+// own) or, after a help flag, 0.
+bool parsing_flags = false;
+bool help_asked = false;
+
+std::vector<char*> ParseFlags(int argc, char** argv) {
+  // --help lists the flags of the files named like the program; the binary
+  // is goro-fair, this file goro_fair.cc.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "goro_fair"); };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.normalize_filename = [](absl::string_view file) {
+    size_t at = file.rfind("stress/");
+    return std::string(at == absl::string_view::npos ? file : file.substr(at));
+  };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU.\n"
+      "Example: goro-fair --workload=spin --procs=2 --goroutines=16 --seconds=3\n"
+      "Exit status: 0 done, 1 below a threshold (--min_jain, --min_share_ratio, --max_p99_ms), 2 bad usage.");
+  for (int i = 1; i < argc && absl::string_view(argv[i]) != "--"; ++i) {
+    absl::string_view a(argv[i]);
+    if (absl::StartsWith(a, "--help") || absl::StartsWith(a, "-help") || a == "--version") help_asked = true;
+  }
+  parsing_flags = true;
+  std::atexit([] {
+    if (!parsing_flags) return;
+    std::cout.flush();  // the usage text; _exit flushes nothing
+    std::cerr.flush();
+    _exit(help_asked ? 0 : 2);
+  });
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  parsing_flags = false;
+  return rest;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU.\n"
-      "Example: goro-fair --workload=spin --procs=2 --goroutines=16 --seconds=3");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = ParseFlags(argc, argv);
   if (rest.size() > 1) Usage(absl::StrFormat("unexpected argument \"%s\" (flags look like --procs=2)", rest[1]));
 
   const int procs = absl::GetFlag(FLAGS_procs);
@@ -412,6 +487,10 @@ int main(int argc, char** argv) {
   if (turn_stats && workload != "spin") {
     Usage(absl::StrFormat("--turn_stats: only the spin workload times its turns, not --workload=%s", workload));
   }
+  const bool sleeper = absl::GetFlag(FLAGS_sleeper);
+  if (max_p99_ms > 0 && !sleeper) Usage("--max_p99_ms: there is no sleeper to check (--sleeper=false)");
+  const std::string plot = absl::GetFlag(FLAGS_plot);
+  if (!plot.empty()) CheckPlotPath(plot);
 
   goro::Options opts;
   opts.max_procs = procs;
@@ -425,7 +504,6 @@ int main(int argc, char** argv) {
   std::vector<double> lateness_ms;
   std::vector<uint64_t> c0(n), c1(n);
   int64_t window_start = 0, window_end = 0;  // MonotonicNs
-  const bool sleeper = absl::GetFlag(FLAGS_sleeper);
   uint64_t sleeper_preemptions = 0;
 
   // A plain thread keeps time, so that the run ends even when goroutines
@@ -534,7 +612,10 @@ int main(int argc, char** argv) {
     std::printf("  time holding a P     Jain %.5f, min/max %.3f   (the scheduler's part of the fairness)\n",
                 ts.time.jain, ts.time.ratio);
   }
-  if (sleeper) {
+  if (sleeper && lateness_ms.empty()) {
+    std::printf("Sleeper (sleeps %s): never woke in the measured window (starved); preempted %llu times\n",
+                absl::FormatDuration(interval).c_str(), static_cast<unsigned long long>(sleeper_preemptions));
+  } else if (sleeper) {
     std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu times\n",
                 absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax,
                 static_cast<unsigned long long>(sleeper_preemptions));
@@ -549,10 +630,10 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
         "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
-        "\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu%s}\n",
+        "\"wakeups\":%zu,\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu%s}\n",
         workload.c_str(), used.max_procs, n, static_cast<long long>(absl::ToInt64Microseconds(used_slice)),
         used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
-        lmax, static_cast<unsigned long long>(st.async_preemptions),
+        lmax, lateness_ms.size(), static_cast<unsigned long long>(st.async_preemptions),
         static_cast<unsigned long long>(st.cooperative_preemptions),
         static_cast<unsigned long long>(st.preempt_signals_sent),
         turn_stats ? absl::StrFormat(",\"time_jain\":%.6f,\"time_min_max\":%.6f,\"turn_p50_ms\":%.4f,"
@@ -563,14 +644,13 @@ int main(int argc, char** argv) {
                    : "");
   }
 
-  const std::string plot = absl::GetFlag(FLAGS_plot);
   if (!plot.empty()) {
     std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
                                         used.max_procs, absl::FormatDuration(used_slice), jain);
     if (WritePlot(plot, workers, shares, lateness_ms, title)) {
       std::printf("Chart written to %s\n", plot.c_str());
     } else {
-      std::fprintf(stderr, "goro-fair: could not write --plot=%s (is gnuplot installed? apt-get install gnuplot-nox)\n",
+      std::fprintf(stderr, "goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n",
                    plot.c_str());
       return 2;
     }
@@ -588,9 +668,10 @@ int main(int argc, char** argv) {
     check(ratio >= min_share_ratio,
           absl::StrFormat("min/max share %.4f >= --min_share_ratio=%g", ratio, min_share_ratio));
   }
-  if (max_p99_ms > 0) {
-    check(sleeper && p99 <= max_p99_ms,
-          absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, max_p99_ms));
+  if (max_p99_ms > 0 && lateness_ms.empty()) {
+    check(false, absl::StrFormat("the sleeper never woke, so its p99 lateness is not <= --max_p99_ms=%g", max_p99_ms));
+  } else if (max_p99_ms > 0) {
+    check(p99 <= max_p99_ms, absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, max_p99_ms));
   }
   return rc;
 }

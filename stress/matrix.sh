@@ -40,10 +40,12 @@ run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
     echo "FAIL $label: goro-fair exited non-zero"; echo "$out" | tail -5; failures=$((failures + 1)); return
   fi
   local j; j=$(echo "$out" | json)
-  local jain p99 thr
+  local jain p99 wakeups thr
   jain=$(echo "$j" | field jain); p99=$(echo "$j" | field p99_ms); thr=$(echo "$j" | field throughput)
+  wakeups=$(echo "$j" | field wakeups)
   local verdict=ok
-  if python3 -c "import sys; sys.exit(0 if $jain >= $min_jain and ($max_p99 == 0 or $p99 <= $max_p99) else 1)"; then :; else
+  # A sleeper that never woke has a p99 of 0 and fails any limit.
+  if python3 -c "import sys; sys.exit(0 if $jain >= $min_jain and ($max_p99 == 0 or ($wakeups > 0 and $p99 <= $max_p99)) else 1)"; then :; else
     verdict=FAIL; failures=$((failures + 1))
   fi
   printf '%-4s %-38s jain %.5f (>= %s)  p99 %8.3f ms (<= %s)  %.4g it/s\n' "$verdict" "$label" "$jain" "$min_jain" "$p99" "$max_p99" "$thr"

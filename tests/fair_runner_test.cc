@@ -111,4 +111,42 @@ TEST(FairRunnerTest, BadThresholdsAreRejected) {
   }
 }
 
+// --help lists goro-fair's flags and exits 0 (Abseil lists only the flags
+// of files named like the program, and exits 1). A flag Abseil cannot parse
+// exits 2 like every other usage error; 1 means "below a threshold".
+TEST(FairRunnerTest, HelpListsTheFlagsAndBadFlagSyntaxIsAUsageError) {
+  Output o = RunFair("--help");
+  EXPECT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "--min_jain (")) << o.text;
+  for (const char* flag : {"--seconds=abc", "--time_slice=10", "--nosuchflag"}) {
+    o = RunFair(flag);
+    EXPECT_EQ(o.exit_code, 2) << flag << "\n" << o.text;
+    EXPECT_TRUE(absl::StartsWith(o.text, "ERROR: ")) << flag << "\n" << o.text;
+  }
+}
+
+// A sleeper that never woke has no lateness to compare: --max_p99_ms fails
+// (it passed on a p99 of "0.000 ms"). One P without async preemption: the
+// call-free spinner keeps it until the run ends.
+TEST(FairRunnerTest, ASleeperThatNeverWokeFailsTheLatencyCheck) {
+  Output o = RunFair("--async_preemption=false --procs=1 --goroutines=1 --seconds=0.3 --max_p99_ms=5 --json");
+  EXPECT_EQ(o.exit_code, 1) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "Sleeper (sleeps 1ms): never woke in the measured window")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "FAIL: the sleeper never woke")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "\"wakeups\":0,")) << o.text;
+}
+
+// Flags that cannot work together, or a chart that cannot be written, are
+// one line and status 2 before the run, not a failure after it.
+TEST(FairRunnerTest, ImpossibleRequestsAreRejectedBeforeTheRun) {
+  Output o = RunFair("--sleeper=false --max_p99_ms=5 --seconds=0.1");
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_EQ(o.text, "goro-fair: --max_p99_ms: there is no sleeper to check (--sleeper=false)\n");
+  o = RunFair("--plot=/nonexistent-goro-dir/x.png --seconds=0.1");
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_EQ(o.text,
+            "goro-fair: --plot=/nonexistent-goro-dir/x.png: cannot write in /nonexistent-goro-dir: No such file or "
+            "directory\n");
+}
+
 }  // namespace
