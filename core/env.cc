@@ -1,5 +1,8 @@
 #include "core/env.h"
 
+#include <signal.h>
+#include <string.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -88,6 +91,32 @@ EnvSettings ReadEnvironment() {
   return ParseEnvironment(std::getenv("GOROMAXPROCS"), std::getenv("GORODEBUG"));
 }
 
+namespace {
+
+// Why `sig` cannot be the preemption signal, or "" if it can.
+std::string PreemptSignalProblem(int sig) {
+  if (sig < 1 || sig > SIGRTMAX) return absl::StrCat("not a signal number (1 to ", SIGRTMAX, ")");
+  if (sig > 31 && sig < SIGRTMIN) return "glibc uses it for its threads";
+  switch (sig) {
+    case SIGKILL:
+    case SIGSTOP:
+      return "it cannot be caught";
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGFPE:
+    case SIGILL:
+    case SIGTRAP:
+    case SIGABRT:
+      return "goro reports crashes with it";
+    case SIGQUIT:
+      return "goro's goroutine dump uses it";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 Options CheckOptions(Options opts) {
   if (opts.time_slice < kMinTimeSlice) {
     // Zero or less means neither "never" nor "always"; it is more likely an
@@ -99,6 +128,11 @@ Options CheckOptions(Options opts) {
     Fatal(absl::StrCat("Options::stack_size=", opts.stack_size, ": want at most ", kMaxStackSize, " (1 GiB)"));
   }
   if (opts.stack_size < kMinStackSize) opts.stack_size = kMinStackSize;
+  if (std::string why = PreemptSignalProblem(opts.preempt_signal); !why.empty()) {
+    const char* name = opts.preempt_signal > 0 && opts.preempt_signal < NSIG ? sigabbrev_np(opts.preempt_signal) : nullptr;
+    Fatal(absl::StrCat("Options::preempt_signal=", opts.preempt_signal, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "",
+                       ": ", why, "; want a signal nothing else in the process uses, such as SIGURG (23, the default)"));
+  }
   if (opts.max_procs < 0) {
     Warn(absl::StrCat("ignoring Options::max_procs=", opts.max_procs, ": want 0 (the default) or 1 to ",
                       kMaxProcsLimit, "; using the default"));

@@ -2,6 +2,7 @@
 // start-up naming the option and the value; max_procs above the limit that
 // GOROMAXPROCS has is capped with one warning line. Options are read once per
 // process, so each case starts the runtime in a child.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -31,6 +32,41 @@ goro::Options WithTimeSlice(absl::Duration slice) {
   goro::Options o = goro_test::TestOptions();
   o.time_slice = slice;
   return o;
+}
+
+goro::Options WithPreemptSignal(int sig) {
+  goro::Options o = goro_test::TestOptions();
+  o.preempt_signal = sig;
+  return o;
+}
+
+// A preemption signal that cannot be caught, that is not a signal, that glibc
+// keeps for itself or that goro needs for something else was either "cannot
+// install the preemption signal handler" (naming neither option nor value)
+// or, for SIGSEGV and SIGQUIT, accepted: the handler replaced goro's crash
+// report and goroutine dump.
+TEST(OptionsTest, UnusablePreemptSignalIsAFatalErrorNamingIt) {
+  EXPECT_DEATH(StartWith(WithPreemptSignal(0)),
+               "fatal error: Options::preempt_signal=0: not a signal number \\(1 to 64\\); want a signal nothing "
+               "else in the process uses, such as SIGURG \\(23, the default\\)");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(100)), "fatal error: Options::preempt_signal=100: not a signal number");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGKILL)),
+               "fatal error: Options::preempt_signal=9 \\(SIGKILL\\): it cannot be caught");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGSEGV)),
+               "fatal error: Options::preempt_signal=11 \\(SIGSEGV\\): goro reports crashes with it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGQUIT)),
+               "fatal error: Options::preempt_signal=3 \\(SIGQUIT\\): goro's goroutine dump uses it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(32)), "fatal error: Options::preempt_signal=32: glibc uses it");
+}
+
+// Another signal works (a program that has its own use for SIGURG).
+TEST(OptionsTest, AnotherPreemptSignalWorks) {
+  EXPECT_EXIT(
+      {
+        StartWith(WithPreemptSignal(SIGRTMIN + 1));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // SIZE_MAX once wrapped to 0 in the page rounding: every stack was empty and
