@@ -68,14 +68,20 @@ void IoDeadline(Timer* t) {
 
 bool CommitIoWait(G* g, void* arg) {
   auto* w = static_cast<IoWait*>(arg);
+  // `w` is on the waiter's stack. Once the timer is added, another M may fire
+  // it (the timer sleeper, a thief running this P's timers) and the waiter
+  // may resume there and return: nothing of `w` is read after AddTimer.
+  PollDesc* pd = w->pd;
+  const bool external = g->external;
   // Lock order: the PollDesc lock, then a timer lock (the timer callback
-  // takes no PollDesc lock). Added before unlocking, so the waiter cannot
-  // resume before its timer exists.
+  // takes no PollDesc lock). Added before unlocking, so the poller cannot
+  // wake the waiter before its timer exists.
   if (w->timer.f != nullptr) AddTimer(&w->timer);
-  w->pd->lock.Unlock();
+  pd->lock.Unlock();
   // A goroutine's M polls when it finds nothing else to run; a plain thread
-  // has no M, so it sees to it that one polls.
-  if (g->external) WakeNetpoller();
+  // has no M, so it sees to it that one polls. (A goroutine wired with
+  // LockOSThread leaves its M too: HandoffP sees to that one.)
+  if (external) WakeNetpoller();
   return true;
 }
 
