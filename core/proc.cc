@@ -1293,6 +1293,11 @@ void HandoffP(P* p) {
   }
   // Its timers now need the timer sleeper.
   if (int64_t w = p->timer0_when.load(); w != 0) WakeForTimer(w);
+  // The last P to go idle while goroutines wait on I/O: someone must poll.
+  // The M that handed it off will not (it blocks in a system call, or is
+  // wired to a goroutine that waits), and an idle runtime sends sysmon into
+  // its deep sleep. As in Go's handoffp.
+  if (sched.netpoll_waiters.load() > 0 && sched.npidle.load() == sched.nprocs) WakeNetpoller();
 }
 
 void WakeForTimer(int64_t when) {

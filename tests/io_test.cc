@@ -1664,4 +1664,41 @@ TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
   EXPECT_EXIT(PlainThreadReadNoDeadlineChild(/*start_first=*/false), ::testing::ExitedWithCode(0), "");
 }
 
+// A goroutine wired with LockOSThread that waits on I/O with no deadline,
+// while the other P is idle. Its M does not go looking for work (and poll)
+// as other Ms do: it hands its P off and sleeps until the goroutine is
+// ready. Fails (no wake-up 10 s after the data came) if nobody then polls:
+// the P goes to the idle list, sysmon to its deep sleep.
+[[noreturn]] void LockedGoroutineReadNoDeadlineChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a wired goroutine's Read without a deadline");
+  static int p[2];
+  static std::atomic<bool> returned{false};
+  static absl::StatusOr<size_t> r = absl::UnknownError("not run");
+  static char c = 0;
+  if (pipe2(p, O_CLOEXEC) != 0) _exit(3);
+  std::thread runner([] {
+    goro::Run(
+        [] {
+          goro::LockOSThread();
+          r = io::Read(p[0], &c, 1);  // no deadline: no timer
+          returned = true;
+          goro::UnlockOSThread();
+        },
+        goro_test::TestOptions());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+  if (!goro_test::Eventually([] { return returned.load(); }, absl::Seconds(10))) {
+    fprintf(stderr, "io::Read on a wired goroutine was not woken 10 s after the data came\n");
+    _exit(1);  // the goroutine is stuck in Read: do not join its thread
+  }
+  runner.join();
+  CHILD_CHECK(r.ok() && *r == 1 && c == 'x', "Read: %s", r.status().ToString().c_str());
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, LockedGoroutineReadWithoutDeadlineWakes) {
+  EXPECT_EXIT(LockedGoroutineReadNoDeadlineChild(), ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
