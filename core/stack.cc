@@ -220,8 +220,8 @@ bool StackScavenge(bool all) {
     for (size_t i = 0; i < idle && !pool.dirty.empty(); ++i) {
       Stack x = pool.dirty.front();  // the oldest
       pool.dirty.pop_front();
-      // Keep up to kKeepMapped reserved (pages given back); unmap the rest,
-      // which gives their pages back too.
+      // Keep up to KeepMapped() clean stacks reserved (pages given back);
+      // unmap the rest, which gives their pages back too.
       if (clean + release.size() < KeepMapped()) {
         release.push_back(x);
       } else {
