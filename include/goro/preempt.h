@@ -4,9 +4,11 @@
 // Options::time_slice is asked to yield. It yields at the next safe point (any
 // goro call, or Checkpoint()); if it reaches none - a tight loop with no calls -
 // the runtime interrupts its thread with a signal and, when the interrupted
-// instruction is in preemptible code, parks the goroutine as if it had called
-// Yield, with every register (including AVX/AVX-512 state, flags and errno)
-// saved. The goroutine may then resume on a different OS thread.
+// instruction is in preemptible code, parks the goroutine there, with every
+// register (including AVX/AVX-512 state, flags and errno) saved. Either way
+// the preempted goroutine goes to the back of the global run queue (Yield
+// uses that queue only when it is not empty), and it may resume on a
+// different OS thread.
 //
 // Preemptible code is the main executable, by default. Code in shared
 // libraries (libc, libstdc++, allocators with per-thread caches, the dynamic

@@ -117,8 +117,10 @@ void Go(F&& fn) {
   internal::GoClosure(&internal::kClosureOps<std::decay_t<F>>, &f);
 }
 
-// Puts the calling goroutine at the back of its processor's run queue and runs
-// another one (Go's runtime.Gosched). Off a goroutine: sched_yield().
+// Puts the calling goroutine at the back of its processor's run queue, or at
+// the back of the global run queue when that is not empty (Go's
+// runtime.Gosched always uses the global one), and runs another one. Off a
+// goroutine: sched_yield().
 void Yield();
 
 // Blocks the calling goroutine (or thread) for at least `d`. On a plain thread
