@@ -48,7 +48,9 @@ class NoPreemptScope {
 
 // Marks [begin, end) as code where a goroutine may be interrupted, for
 // example a shared library of yours that keeps no per-thread state. At most
-// 64 ranges; call before the code runs goroutines. Returns false when full.
+// 64 ranges, counting the main executable's executable segments (usually
+// one), which the runtime adds to the same table when it starts; call before
+// the code runs goroutines. Returns false when full.
 bool RegisterPreemptibleCode(const void* begin, const void* end);
 // Marks [begin, end) as code where a goroutine is never interrupted, even in
 // the main executable. Exclusions win over registrations.
