@@ -165,8 +165,12 @@ Options GetOptions();
 // Goroutines running on other threads are listed without a backtrace here.
 // SIGQUIT (Ctrl-\ in a terminal) prints the same to stderr, with those too
 // (each thread walks its own goroutine from a signal), and exits with status
-// 2, as in Go, unless the program installed its own SIGQUIT handler or set
-// GORODEBUG=sigquitdump=0. Fatal errors print the failing goroutine's
+// 2, as in Go, unless GORODEBUG=sigquitdump=0 is set or, when the runtime
+// starts, SIGQUIT has a handler of the program's or is ignored (SIG_IGN).
+// Unlike Go, an ignore inherited from the parent (a background job of a
+// non-interactive shell has one) is kept too, since the runtime cannot tell
+// it from one the program chose; reset SIGQUIT to SIG_DFL before the runtime
+// starts to get the dump there. Fatal errors print the failing goroutine's
 // backtrace (and a deadlock every goroutine's). Backtraces need
 // libunwind.so.8 at run time (loaded by dlopen when the runtime starts, not
 // linked); without it they are left out. See docs/debugging.md.
