@@ -175,8 +175,10 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     return static_cast<size_t>(r);
   }
   int64_t dl = internal::DeadlineNanos(deadline);
-  if (pd->drained.load(std::memory_order_relaxed)) {
+  if (dl >= 0 && pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
+    // Not with a deadline already passed: such a Read means "what is there
+    // now", and the wait would fail before looking.
     pd->drained.store(false, std::memory_order_relaxed);
     if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }

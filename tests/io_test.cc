@@ -1200,6 +1200,30 @@ int64_t ReadSyscalls() {
 // per message, not two. Counted with /proc/self/io over 2,000 round trips,
 // with the client's reads (one per round trip) included. Fails if io::Read
 // always tries the read first (about 2.6 reads per round trip measured).
+// A Read whose deadline has already passed still returns what is queued, as
+// it does on a fresh socket, also after a short read. Fails if the short
+// read's "wait for the edge first" makes it wait, which fails at once with
+// DeadlineExceeded.
+TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadReturnsWhatIsQueued) {
+  int client, server;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  goro_test::RunBounded(
+      [&] {
+        char buf[100];
+        ASSERT_EQ(write(client, "0123456789", 10), 10);
+        absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok() && *r == 10) << r.status();  // short: 10 of 100
+        ASSERT_EQ(write(client, "abcdefghij", 10), 10);
+        ASSERT_TRUE(io::WaitReadable(server, In(absl::Seconds(10))).ok());  // queued, and its edge seen
+        r = io::Read(server, buf, sizeof buf, absl::Now());
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(std::string(buf, *r), "abcdefghij");
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(server).ok());
+  close(client);
+}
+
 TEST_F(IoTest, ShortTcpReadWaitsForTheEdgeWithoutAnotherRead) {
   if (ReadSyscalls() < 0) GTEST_SKIP() << "/proc/self/io is not available (no task I/O accounting)";
   int client, server;
