@@ -10,10 +10,13 @@
 #include "goro/io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "core/netpoll.h"
@@ -134,6 +137,27 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   return absl::OkStatus();
 }
 
+// For an fd the poller does not watch (a regular file, a blocking standard
+// stream): waits in a marked blocking region until poll(2) says the fd is
+// ready for `events` (or hung up, or in error: the operation then says so),
+// or the deadline passes. A regular file is always ready.
+absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
+  for (;;) {
+    int timeout_ms = -1;
+    if (deadline_ns != 0) {
+      int64_t left = deadline_ns < 0 ? 0 : std::max<int64_t>(deadline_ns - Nanotime(), 0);
+      timeout_ms = static_cast<int>(std::min<int64_t>((left + 999999) / 1000000, INT_MAX));
+    }
+    pollfd pfd{fd, events, 0};
+    int r = goro::Syscall([&] { return ::poll(&pfd, 1, timeout_ms); });
+    if (r > 0) return absl::OkStatus();
+    if (r == 0 && (timeout_ms == 0 || Nanotime() >= deadline_ns)) {
+      return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+    }
+    if (r < 0 && errno != EINTR) return ErrnoStatus(errno, "poll", fd);
+  }
+}
+
 // Looks up and registers fd; sets *pd and the sequence number the operation
 // passes to WaitIO, or returns why not.
 absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable) {
@@ -167,6 +191,9 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   if (!pollable) {
+    if (int64_t dl = internal::DeadlineNanos(deadline); dl != 0) {
+      if (absl::Status s = internal::PollBlocking(fd, POLLIN, dl); !s.ok()) return s;
+    }
     ssize_t r;
     do {
       r = Syscall([&] { return ::read(fd, buf, n); });
@@ -213,6 +240,9 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
         internal::tls_in_io_write = false;
       }
     } else {
+      if (dl != 0) {
+        if (absl::Status s = internal::PollBlocking(fd, POLLOUT, dl); !s.ok()) return s;
+      }
       r = Syscall([&] {
         internal::tls_in_io_write = true;
         ssize_t w = ::write(fd, p + done, n - done);
@@ -239,10 +269,15 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   for (;;) {
-    int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (!pollable) {  // a blocking listener on a standard stream (inetd)
+      if (absl::Status s = internal::PollBlocking(listen_fd, POLLIN, dl); !s.ok()) return s;
+    }
+    int c = pollable ? ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)
+                     : Syscall([&] { return ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); });
     if (c >= 0) return c;
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
+    if (!pollable) continue;
     if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
@@ -255,6 +290,13 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   int r;
   bool retried = false;
+  if (!pollable) {
+    // A blocking socket on a standard stream: connect(2) blocks, in a marked
+    // region, until it is done; the deadline is not enforced.
+    while ((r = Syscall([&] { return ::connect(fd, addr, len); })) < 0 && errno == EINTR) retried = true;
+    if (r == 0 || (retried && errno == EISCONN)) return absl::OkStatus();
+    return internal::ErrnoStatus(errno, "connect", fd);
+  }
   while ((r = ::connect(fd, addr, len)) < 0 && errno == EINTR) retried = true;
   if (r == 0) return absl::OkStatus();
   // A connect interrupted by a signal goes on in the background: asked
@@ -299,7 +341,7 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   uint64_t seq;
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
-  if (!pollable) return absl::OkStatus();  // regular files are always ready
+  if (!pollable) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
   return internal::WaitIO(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 
@@ -309,7 +351,7 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   uint64_t seq;
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
-  if (!pollable) return absl::OkStatus();
+  if (!pollable) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
   return internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 

@@ -138,6 +138,15 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
     lock.Unlock();
     return Registration::kBadFd;
   }
+  if (fd <= STDERR_FILENO && (flags & O_NONBLOCK) == 0) {
+    // A blocking standard stream is usually shared with other processes (the
+    // shell's terminal): O_NONBLOCK, a flag of the shared open file, would
+    // stay set for them, during the run and after it. As Go's os.NewFile
+    // does, such a stream is waited on in a marked blocking region instead.
+    state = Registration::kNotPollable;
+    lock.Unlock();
+    return state;
+  }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
   ev.data.u64 = PollTag(fd, seq);

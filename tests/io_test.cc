@@ -1688,6 +1688,40 @@ TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
   EXPECT_EXIT(PlainThreadReadNoDeadlineChild(/*start_first=*/false), ::testing::ExitedWithCode(0), "");
 }
 
+// A blocking standard stream (here stdin, a pipe; often the shell's
+// terminal) is shared with other processes. Fails if goro::io leaves it
+// O_NONBLOCK (the next program of the shell then fails to read it with
+// EAGAIN), or if deadlines stop working on it: it is waited on with poll(2)
+// in a marked region instead of the poller.
+[[noreturn]] void BlockingStdinChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "io on a blocking stdin");
+  int p[2];
+  if (pipe(p) != 0 || dup2(p[0], STDIN_FILENO) != STDIN_FILENO) _exit(3);
+  close(p[0]);
+  goro_test::RunBounded([&] {
+    char c = 0;
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<size_t> r = io::Read(STDIN_FILENO, &c, 1, In(absl::Milliseconds(50)));
+    CHILD_CHECK(absl::IsDeadlineExceeded(r.status()), "Read of an empty stdin: %s", r.status().ToString().c_str());
+    CHILD_CHECK(absl::Now() - t0 >= absl::Milliseconds(50) - kClockSlack, "the deadline fired early");
+    absl::Status w = io::WaitReadable(STDIN_FILENO, In(absl::Milliseconds(20)));
+    CHILD_CHECK(absl::IsDeadlineExceeded(w), "WaitReadable of an empty stdin: %s", w.ToString().c_str());
+    goro::Go([&] {
+      goro::SleepFor(absl::Milliseconds(30));
+      CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+    });
+    r = io::Read(STDIN_FILENO, &c, 1);  // no deadline: blocks in read(2), its P handed off
+    CHILD_CHECK(r.ok() && *r == 1 && c == 'x', "Read of stdin: %s", r.status().ToString().c_str());
+  });
+  int flags = fcntl(STDIN_FILENO, F_GETFL);
+  CHILD_CHECK(flags >= 0 && (flags & O_NONBLOCK) == 0, "stdin was left O_NONBLOCK (flags %#x)", flags);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, BlockingStdinStaysBlockingAndKeepsItsDeadlines) {
+  EXPECT_EXIT(BlockingStdinChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // A goroutine wired with LockOSThread that waits on I/O with no deadline,
 // while the other P is idle. Its M does not go looking for work (and poll)
 // as other Ms do: it hands its P off and sleeps until the goroutine is
