@@ -798,6 +798,23 @@ bool PollerBlockedInEpoll() {
   return goro::internal::sched.last_poll.load() == 0 && goro::internal::sched.poll_until.load() == INT64_MAX;
 }
 
+// The timer sleeper waits in the poller while goroutines wait on I/O, with
+// the time to the next timer as its timeout. Fails if that timeout is
+// rounded up to whole milliseconds (epoll_wait): a 300 us poll then never
+// returns in under 1 ms, and timers beside an idle connection fire up to a
+// millisecond late. The shortest of 10 polls is taken, so that a busy
+// machine cannot make it fail; an event arriving could only make it pass.
+TEST_F(IoTest, PollerTimeoutIsNotRoundedUpToAMillisecond) {
+  namespace internal = goro::internal;
+  absl::Duration shortest = absl::InfiniteDuration();
+  for (int i = 0; i < 10; ++i) {
+    auto t0 = Now();
+    internal::InjectGList(internal::Netpoll(300 * 1000));
+    shortest = std::min(shortest, Since(t0));
+  }
+  EXPECT_LT(shortest, absl::Microseconds(900));
+}
+
 TEST_F(IoTest, NonBlockingPollLeavesTheBlockedPollersWakeUp) {
   namespace internal = goro::internal;
   goro_test::Watchdog dog(absl::Seconds(50), "the blocked poller's wake-up");
