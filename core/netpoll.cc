@@ -62,7 +62,7 @@ int epfd = -1;
 int breakfd = -1;
 std::atomic<bool> inited{false};
 std::atomic<bool> break_pending{false};
-std::atomic<bool> pwait2_works{true};  // false once the kernel said ENOSYS
+std::atomic<bool> pwait2_works{true};  // false once epoll_pwait2 said ENOSYS or EPERM
 absl::Mutex init_mu(absl::kConstInit);
 
 // The epoll_event data for the break eventfd: an fd field no PollDesc has.
