@@ -43,8 +43,10 @@ absl::Status ErrnoStatus(int err, absl::string_view op, int fd) {
     case EBADF:
       return absl::FailedPreconditionError(absl::StrCat(what, ": not an open file descriptor"));
     case EPIPE:
+      // Also a socket that was never connected, or a pipe with no reader.
+      return absl::UnavailableError(absl::StrCat(what, ": broken pipe (no peer to receive it)"));
     case ECONNRESET:
-      return absl::UnavailableError(absl::StrCat(what, ": connection reset or closed by peer"));
+      return absl::UnavailableError(absl::StrCat(what, ": connection reset by peer"));
     default:
       return absl::ErrnoToStatus(err, what);
   }

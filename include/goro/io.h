@@ -17,8 +17,10 @@
 //   DeadlineExceededError  the deadline passed first;
 //   CancelledError         the fd was closed with io::Close while waiting;
 //   FailedPreconditionError (EBADF)  not an open file descriptor;
-//   UnavailableError       the peer reset or closed the connection (EPIPE,
-//                          ECONNRESET) on a write;
+//   UnavailableError       the peer reset the connection (ECONNRESET), or a
+//                          write found nobody to receive it (EPIPE: the
+//                          peer closed, a socket never connected, a pipe
+//                          with no reader);
 //   otherwise the errno, mapped with absl::ErrnoToStatus.
 // Read returns 0 bytes at end of file, as read(2) does.
 #ifndef GORO_IO_H_
