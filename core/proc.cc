@@ -49,11 +49,15 @@
 //
 // Idle threads sleep on a futex (Note) in an idle list and are reused; one of
 // them, the timer sleeper, sleeps only until the earliest timer of any P, and
-// whoever adds an earlier timer wakes it. When every M sleeps in the idle list,
-// nothing is runnable, no timer is pending and some thread waits in Run(),
-// nothing can ever happen again: that is Go's "all goroutines are asleep"
-// deadlock, reported by the last M to go idle (CheckDeadLocked), by the last
-// awake plain thread to park, or by sysmon soon after the last one exits.
+// whoever adds an earlier timer wakes it. It needs an idle P to run expired
+// timers on: when none is idle, a P whose M blocks in a system call (marked
+// or not) keeps its timers, and sysmon hands that P to another M once one of
+// them is due, as it does for a P with goroutines waiting (core/sysmon.cc,
+// docs/syscalls.md). When every M sleeps in the idle list, nothing is
+// runnable, no timer is pending and some thread waits in Run(), nothing can
+// ever happen again: that is Go's "all goroutines are asleep" deadlock,
+// reported by the last M to go idle (CheckDeadLocked), by the last awake
+// plain thread to park, or by sysmon soon after the last one exits.
 //
 // Parking
 // -------
@@ -1275,8 +1279,9 @@ void PreemptCooperative() {
 }
 
 void HandoffP(P* p) {
-  // Work waiting: start an M to run it.
-  if (!p->runq.Empty() || sched.runq_size.load() > 0) {
+  // Work waiting, or a timer due (FindRunnable runs it first, and then what
+  // it readied): start an M to run it.
+  if (!p->runq.Empty() || sched.runq_size.load() > 0 || TimerDueSoon(p->timer0_when.load(), Nanotime())) {
     StartM(p, false);
     return;
   }

@@ -264,6 +264,15 @@ struct P {
 
 // How soon sysmon looks again after asking a goroutine to yield.
 inline constexpr int64_t kSysmonRecheckNs = 50 * 1000;
+
+// Whether a P's earliest timer (its timer0_when, 0 for none) is due at `now`
+// or within one sysmon tick (kSysmonRecheckNs) of it: a goroutine waits to
+// run behind it. Sysmon and HandoffP count it as work for a P whose M blocks
+// (core/sysmon.cc).
+inline bool TimerDueSoon(int64_t timer0_when, int64_t now) {
+  return timer0_when != 0 && timer0_when - now <= kSysmonRecheckNs;
+}
+
 // Slices at least this long are timed by sysmon's observation, shorter ones
 // by a TSC stamp (core/sysmon.cc).
 inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;

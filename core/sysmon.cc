@@ -27,6 +27,9 @@
 // slice, since the stamp of the slice that follows times it. A request the
 // signal handler had to refuse (library code, signals blocked) wakes sysmon
 // at once to ask again, then again after 50 us, doubling, per P.
+// While no P is idle, also no later than the earliest timer of a P whose M
+// blocks (in a marked region, or found asleep in an unmarked call): that P
+// is then handed on (see the loop).
 // One look per stamped slice also needs a CPU-time verdict at that look:
 // SampleCpu compares with the previous look's sample of the same M, even if
 // that was in the slice before.
@@ -272,22 +275,38 @@ void SysmonLoop() {
     uint64_t now_tsc = arch::ReadTsc();
     bool recheck = false;  // look again soon: see the end of the loop
     int64_t until_expiry = max_sleep;
+    // A P's timers are run by the M that holds it, or by another M's last
+    // stealing pass. While an M blocks with its P (below), only a P that is
+    // idle lets another M in: the timer sleeper wakes for the earliest timer
+    // of any P, takes an idle P and steals the expired timers. With none
+    // idle it finds no P and sleeps on, so a timer due on the blocked P
+    // counts as work there, like a waiting goroutine, and sysmon wakes when
+    // it is due. (Go retakes a P in a system call whenever no P is idle or
+    // spinning; goro keeps the P with its M unless there is work for it.)
+    const bool none_idle = sched.npidle.load(std::memory_order_relaxed) == 0;
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = sched.allp[i];
       P::Status st = p->status.load(std::memory_order_acquire);
+      bool timer_due = false;
+      int64_t until_timer = INT64_MAX;  // how soon a pending timer falls due
+      if (int64_t w = none_idle ? p->timer0_when.load(std::memory_order_relaxed) : 0; w != 0) {
+        timer_due = TimerDueSoon(w, now);
+        if (!timer_due) until_timer = w - now;
+      }
       if (st == P::Status::kSyscall) {
         // Retake a P whose M blocks in a marked region: at the second look
-        // at the same region if goroutines wait to run, else after 10 ms.
+        // at the same region if goroutines wait to run (or one of its timers
+        // is due while no P is idle), else after 10 ms.
         uint32_t sc = p->syscalltick.load(std::memory_order_relaxed);
-        bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0;
+        bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
         if (sc != ps[i].syscalltick) {
           ps[i].syscalltick = sc;
           ps[i].syscall_since = now;
-          until_expiry = std::min(until_expiry, work ? kSysmonRecheckNs : kSyscallIdleHandoffNs);
+          until_expiry = std::min({until_expiry, work ? kSysmonRecheckNs : kSyscallIdleHandoffNs, until_timer});
           continue;
         }
         if (!work && now - ps[i].syscall_since < kSyscallIdleHandoffNs) {
-          until_expiry = std::min(until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now);
+          until_expiry = std::min({until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now, until_timer});
           continue;
         }
         M* owner = p->syscall_owner.load(std::memory_order_acquire);
@@ -317,7 +336,7 @@ void SysmonLoop() {
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
       G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
-      bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0;
+      bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
       // Is the thread running, or asleep in the kernel (an unmarked blocking
       // call)? Compare its CPU time over an interval of this same slice. A
       // thread is never signalled without a sample showing it on a CPU.
@@ -346,6 +365,9 @@ void SysmonLoop() {
         if (TryRevokeP(p, m, g, tick)) revoked_ms.push_back(RevokedM{m, g, {}});
         continue;
       }
+      // Asleep in an unmarked call with nothing to do yet: look again when
+      // a timer of its P's falls due.
+      if (asleep) until_expiry = std::min(until_expiry, until_timer);
       if (ran >= slice - early) {
         // A request the goroutine could not take (the signal came in library
         // code, or with signals blocked) wakes sysmon from the handler
