@@ -4,7 +4,8 @@
 // Entering: the goroutine keeps its M and the M keeps its P, but the P's
 // status becomes kSyscall. From then on sysmon may take the P (CAS kSyscall ->
 // kIdle) and hand it to another M: on its second look at the same region
-// (one sysmon tick) if goroutines are waiting to run, or after 10 ms. Sysmon
+// (one sysmon tick) if goroutines are waiting to run, or a timer of the P's
+// is due while no P is idle (core/sysmon.cc); else after 10 ms. Sysmon
 // never signals an M whose P is in kSyscall, and the goroutine's preempt_off
 // is raised, so the call sees no EINTR from the runtime.
 //

@@ -4,9 +4,10 @@
 // disk, a third-party library's blocking call) would hold its processor (P)
 // hostage. Marking the call as a blocking region, like Go's entersyscall /
 // exitsyscall, lets the runtime hand the P to another thread while it blocks:
-// after one sysmon tick if other goroutines are waiting to run (or after
-// 10 ms otherwise). When the call returns the goroutine gets its P back, or
-// another idle P, or waits in the global run queue.
+// after one sysmon tick if other goroutines are waiting to run, or as soon as
+// a timer on that P falls due if no other P is idle (after 10 ms otherwise).
+// When the call returns the goroutine gets its P back, or another idle P, or
+// waits in the global run queue.
 //
 // Inside a marked region the goroutine is never sent the preemption signal,
 // so the call sees no EINTR caused by the runtime. It must not call goro
