@@ -140,10 +140,16 @@ void StartCounter(goro::WaitGroup& wg, std::atomic<bool>& stop, std::atomic<uint
     CHILD_CHECK(reader_blocking.load(), "the reader never started");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     uint64_t c1 = counter.load();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The counter must move while the reader blocks; how soon depends on the
+    // machine (two copies of this binary at once once kept it still for a
+    // fixed 100 ms window), so wait for it, up to 10 s. The reader blocks
+    // until this thread is done.
+    auto t1 = Now();
+    goro_test::Eventually([c1] { return counter.load() > c1; }, absl::Seconds(10));
     uint64_t c2 = counter.load();
     bool still_blocked = !reader_done.load();
-    fprintf(stderr, "counter while the reader blocks: %llu then %llu (100 ms later)\n", U(c1), U(c2));
+    fprintf(stderr, "counter while the reader blocks: %llu then %llu (%s later)\n", U(c1), U(c2),
+            absl::FormatDuration(Since(t1)).c_str());
     CHILD_CHECK(still_blocked, "the reader returned before the pipe was written");
     CHILD_CHECK(c2 > c1, "the counting goroutine did not run while the reader blocked (%llu -> %llu)",
                 U(c1), U(c2));
