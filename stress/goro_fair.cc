@@ -398,13 +398,13 @@ bool InPath(const std::string& program) {
 
 // Checked before the run, so that a bad --plot does not cost the run.
 void CheckPlotPath(const std::string& path) {
-  if (!InPath("gnuplot")) {
-    Usage(absl::StrFormat("--plot=%s: gnuplot is not installed (apt-get install gnuplot-nox)", path));
-  }
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     Usage(absl::StrFormat("--plot=%s: cannot write in %s: %s", path, dir, std::strerror(errno)));
+  }
+  if (!InPath("gnuplot")) {
+    Usage(absl::StrFormat("--plot=%s: gnuplot is not installed (apt-get install gnuplot-nox)", path));
   }
 }
 
@@ -432,7 +432,12 @@ std::vector<char*> ParseFlags(int argc, char** argv) {
       "Exit status: 0 done, 1 below a threshold (--min_jain, --min_share_ratio, --max_p99_ms), 2 bad usage.");
   for (int i = 1; i < argc && absl::string_view(argv[i]) != "--"; ++i) {
     absl::string_view a(argv[i]);
-    if (absl::StartsWith(a, "--help") || absl::StartsWith(a, "-help") || a == "--version") help_asked = true;
+    if (absl::StartsWith(a, "--")) a.remove_prefix(1);
+    // Abseil's usage flags; --helpx is an unknown flag, not a help request.
+    if (a == "-help" || a == "-helpfull" || a == "-helpshort" || a == "-helppackage" || a == "-version" ||
+        absl::StartsWith(a, "-help=") || absl::StartsWith(a, "-helpon=") || absl::StartsWith(a, "-helpmatch=")) {
+      help_asked = true;
+    }
   }
   parsing_flags = true;
   std::atexit([] {

@@ -118,7 +118,7 @@ TEST(FairRunnerTest, HelpListsTheFlagsAndBadFlagSyntaxIsAUsageError) {
   Output o = RunFair("--help");
   EXPECT_EQ(o.exit_code, 0) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, "--min_jain (")) << o.text;
-  for (const char* flag : {"--seconds=abc", "--time_slice=10", "--nosuchflag"}) {
+  for (const char* flag : {"--seconds=abc", "--time_slice=10", "--nosuchflag", "--helpx"}) {
     o = RunFair(flag);
     EXPECT_EQ(o.exit_code, 2) << flag << "\n" << o.text;
     EXPECT_TRUE(absl::StartsWith(o.text, "ERROR: ")) << flag << "\n" << o.text;
