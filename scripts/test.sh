@@ -27,10 +27,12 @@ else
 fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGORO_SANITIZE="$sanitize" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
-(cd "$BUILD" && ctest --output-on-failure -j"$(nproc)" --timeout 300)
+rc=0
+(cd "$BUILD" && ctest --output-on-failure -j"$(nproc)" --timeout 300) || rc=$?
 # ctest lists skipped tests without GoogleTest's reason; say why each was.
 log="$BUILD/Testing/Temporary/LastTest.log"
 if [[ -f $log ]] && grep -q '^\[  SKIPPED \] [^ ]* (' "$log"; then
   echo "Why the skipped tests were skipped:"
   awk '/^\[  SKIPPED \] [^ ]* \(/ { print "  " $4 ": " prev } { prev = $0 }' "$log"
 fi
+exit "$rc"
