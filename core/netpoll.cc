@@ -262,6 +262,8 @@ G* NetpollHandle(const epoll_event* events, int n, bool blocking) {
   return list;
 }
 
+bool NetpollPreciseTimeouts() { return pwait2_works.load(std::memory_order_relaxed); }
+
 void NetpollBreak() {
   if (!NetpollInited()) return;
   bool expected = false;

@@ -88,6 +88,10 @@ inline uint64_t PollTag(int fd, uint64_t seq) {
 // NetpollBreak's token.
 G* NetpollHandle(const epoll_event* events, int n, bool blocking);
 
+// Whether the poller's timeouts are to the nanosecond (epoll_pwait2), or
+// whole milliseconds since the kernel refused it.
+bool NetpollPreciseTimeouts();
+
 }  // namespace goro::internal
 
 #endif  // GORO_CORE_NETPOLL_H_
