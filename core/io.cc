@@ -173,6 +173,8 @@ absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable) {
     case PollDesc::Registration::kNotPollable:
       *pollable = false;
       return absl::OkStatus();
+    case PollDesc::Registration::kClosed:
+      return ClosedError(fd);
     default:
       return ErrnoStatus(EBADF, "register", fd);
   }
@@ -368,9 +370,21 @@ absl::Status Close(int fd) {
   }
   pd->lock.Lock();
   internal::G* waiters = pd->CloseLocked(fd);
+  const uint64_t closing_seq = pd->seq;
   pd->lock.Unlock();
   internal::InjectGList(waiters);
-  if (::close(fd) != 0) return internal::ErrnoStatus(errno, "close", fd);
+  // Until FinishCloseLocked, an operation that registers the number waits
+  // (PollDesc::kClosing): the file may still be this one, which close(2)
+  // would take out of any epoll set it was added to meanwhile.
+  const int r = ::close(fd);
+  const int err = errno;
+  pd->lock.Lock();
+  waiters = pd->FinishCloseLocked(closing_seq);
+  pd->lock.Unlock();
+  internal::InjectGList(waiters);
+  // Linux frees the number whatever close(2) says (EINTR included), so an
+  // error is reported but nothing is retried.
+  if (r != 0) return internal::ErrnoStatus(err, "close", fd);
   return absl::OkStatus();
 }
 

@@ -27,8 +27,13 @@
 // PollDesc objects are never freed: they are indexed by fd number in a
 // two-level table whose chunks are allocated on demand and published with a
 // CAS, so lookups take no lock. io::Close bumps a PollDesc's sequence number,
-// wakes its waiters and deregisters the fd; reopening the same number starts
-// afresh, and a waiter of the closed file still sees that its file is gone.
+// wakes its waiters and deregisters the fd, then closes it; reopening the
+// same number starts afresh, and a waiter of the closed file still sees that
+// its file is gone. Until close(2) has returned the PollDesc says kClosing,
+// and an operation that registers the number meanwhile waits for that: had
+// it added the file being closed to epoll, close(2) would have dropped the
+// entry and left the PollDesc "polled" for a number in no epoll set - the
+// operation never woken, the next file to get the number never registered.
 // Each registration's epoll data is the fd number tagged with the sequence
 // number (PollTag), so an event of the closed file that a poller had already
 // fetched is dropped rather than taken for the new file's readiness.
@@ -89,9 +94,11 @@ void EnsureInit() {
 
 }  // namespace
 
-void TakeWaiter(std::atomic<G*>& slot, G** list) {
-  G* g = slot.exchange(nullptr, std::memory_order_acq_rel);
-  if (g == nullptr) return;
+namespace {
+
+// Makes g, parked on a PollDesc, runnable: onto `list` (through
+// G::sched_link), or for a plain thread's stand-in, wakes the thread now.
+void WakeParked(G* g, G** list) {
   if (g->external) {
     Ready(g);  // a plain thread: wake it now; it never goes on a run queue
     return;
@@ -103,6 +110,20 @@ void TakeWaiter(std::atomic<G*>& slot, G** list) {
   trace::GoUnblock(g);
   g->sched_link = *list;
   *list = g;
+}
+
+// Register's Park commit: g is on closing_waiters; the lock is let go only
+// once g is parked, so FinishCloseLocked, which takes it, sees g parked.
+bool CommitCloseWait(G* g, void* arg) {
+  static_cast<PollDesc*>(arg)->lock.Unlock();
+  return true;
+}
+
+}  // namespace
+
+void TakeWaiter(std::atomic<G*>& slot, G** list) {
+  G* g = slot.exchange(nullptr, std::memory_order_acq_rel);
+  if (g != nullptr) WakeParked(g, list);
 }
 
 bool NetpollInited() { return inited.load(std::memory_order_acquire); }
@@ -125,8 +146,46 @@ PollDesc* PollDescFor(int fd) {
 
 PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   lock.Lock();
+  if (state == Registration::kPolled || state == Registration::kNotPollable) {
+    *file_seq = seq;
+    Registration r = state;
+    lock.Unlock();
+    return r;
+  }
+  // kClosing: io::Close is closing the fd. A free number means the file is
+  // gone. A taken one holds either the file being closed (close(2) has not
+  // got that far) or a new file (close(2) has freed the number and not yet
+  // returned, or io::Close has not yet said so): wait until io::Close is
+  // done. Registering the file now would be undone by close(2) if it is the
+  // old one; failing the operation would fail one on a new file that merely
+  // got the number early - close(2) may take long after freeing it (a
+  // socket with SO_LINGER, a file system's flush), and then so does this.
+  bool waited = false;
+  while (state == Registration::kClosing) {
+    if (fcntl(fd, F_GETFD) < 0) {
+      lock.Unlock();
+      return Registration::kClosed;
+    }
+    G* g = CurrentG();
+    g->sched_link = closing_waiters;
+    closing_waiters = g;
+    // Counted with the goroutines parked on I/O, as something that can be
+    // woken: the closer may be a plain thread that the deadlock check
+    // cannot see.
+    sched.netpoll_waiters.fetch_add(1);
+    Park(WaitReason::kIOClose, CommitCloseWait, this);
+    sched.netpoll_waiters.fetch_sub(1);
+    lock.Lock();
+    waited = true;
+  }
+  // After a wait the operation's file may be the one closed: a number found
+  // free means kClosed. One found taken is registered: a new file (or, if
+  // the operation was on the closed file, a new file that got its number -
+  // an operation under way when its fd is closed may act on a reused
+  // number, as docs/syscalls.md says).
+  const Registration bad = waited ? Registration::kClosed : Registration::kBadFd;
   *file_seq = seq;
-  if (state != Registration::kUnknown) {
+  if (state != Registration::kUnknown) {  // registered by another operation while this one waited
     Registration r = state;
     lock.Unlock();
     return r;
@@ -137,7 +196,7 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0) {
     lock.Unlock();
-    return Registration::kBadFd;
+    return bad;
   }
   if (fd <= STDERR_FILENO && (flags & O_NONBLOCK) == 0) {
     // A blocking standard stream is usually shared with other processes (the
@@ -166,7 +225,7 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
     tcp = false;
   } else {
     lock.Unlock();
-    return Registration::kBadFd;
+    return bad;
   }
   Registration r = state;
   lock.Unlock();
@@ -179,7 +238,19 @@ G* PollDesc::CloseLocked(int fd) {
   TakeWaiter(rg, &list);
   TakeWaiter(wg, &list);
   if (state == Registration::kPolled) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  state = Registration::kClosing;
+  return list;
+}
+
+G* PollDesc::FinishCloseLocked(uint64_t closing_seq) {
+  if (seq != closing_seq) return nullptr;  // a later io::Close of the number is under way: it finishes
+  if (state != Registration::kClosing) Fatal("netpoll: FinishCloseLocked: the fd is not being closed");
   state = Registration::kUnknown;
+  G* list = nullptr;
+  while (G* g = closing_waiters) {
+    closing_waiters = g->sched_link;
+    WakeParked(g, &list);
+  }
   return list;
 }
 

@@ -12,14 +12,49 @@
 namespace goro::internal {
 
 struct PollDesc {
-  enum class Registration : uint8_t { kUnknown, kPolled, kNotPollable, kBadFd };
+  // The fd's registration (`state`), or what Register says.
+  enum class Registration : uint8_t {
+    // Not registered: the next operation registers the fd (and finds out
+    // which of the next two it is).
+    kUnknown,
+    // In the epoll set, tagged PollTag(fd, seq), and non-blocking.
+    kPolled,
+    // epoll refused it (a regular file or a directory): operations on it
+    // run in a marked blocking region.
+    kNotPollable,
+    // io::Close is closing the fd: from CloseLocked (which ended its seq and
+    // took it out of epoll) until its close(2) has returned
+    // (FinishCloseLocked). The number may hold the file being closed, which
+    // must not be added to epoll again - close(2) would drop the entry and
+    // leave kPolled for a number in no epoll set - or, once close(2) has
+    // freed it (it does so before it returns), a new file. Register cannot
+    // tell them apart, so it waits for FinishCloseLocked.
+    kClosing,
+    // Only returned by Register, never stored: not an open fd ...
+    kBadFd,
+    // ... or no longer one: Register found the number being closed, and
+    // then free (the operation gets CancelledError, like one that was
+    // parked on the fd).
+    kClosed,
+  };
 
   // Adds fd to epoll (and makes it non-blocking) if not done yet; says how
   // the fd is to be waited on, and sets *file_seq to the current `seq`.
+  // While io::Close is closing the fd (kClosing), parks the caller
+  // (goroutine or plain thread; its deadline does not apply) until the
+  // close is done, unless the number is free already (kClosed at once).
   Registration Register(int fd, uint64_t* file_seq);
-  // With `lock` held: ends the fd's current `seq`, deregisters it and returns
-  // its waiters (made runnable) as a list through G::sched_link.
+  // With `lock` held: ends the fd's current `seq`, deregisters it, sets
+  // kClosing and returns its waiters (made runnable) as a list through
+  // G::sched_link. io::Close then closes the fd and calls FinishCloseLocked.
   G* CloseLocked(int fd);
+  // With `lock` held, after the close(2) that followed CloseLocked returned
+  // (whatever it returned: Linux frees the number even on EINTR):
+  // `closing_seq` is the seq CloseLocked set. Unless another io::Close of
+  // the number has begun since (it finishes the job), sets kUnknown and
+  // returns the operations that Register parked meanwhile (made runnable)
+  // as a list through G::sched_link.
+  G* FinishCloseLocked(uint64_t closing_seq);
 
   // After a short read of a TCP socket: unless the peer hung up (or an error
   // or urgent data was reported), the next io::Read waits for an edge first.
@@ -31,7 +66,7 @@ struct PollDesc {
 
   SpinLock lock;
   // Everything below is guarded by lock.
-  Registration state = Registration::kUnknown;
+  Registration state = Registration::kUnknown;  // never kBadFd or kClosed
   // Which file under this fd number: io::Close bumps it (like Go's
   // pollDesc.fdseq). An operation notes it when it registers the fd and
   // compares it whenever it takes the lock again, always after a wait: a
@@ -57,6 +92,9 @@ struct PollDesc {
   // (it runs under a timer lock) - so exactly one of them readies it.
   std::atomic<G*> rg{nullptr};
   std::atomic<G*> wg{nullptr};
+  // Operations that Register parked while kClosing, linked through
+  // G::sched_link; taken by FinishCloseLocked.
+  G* closing_waiters = nullptr;
 };
 
 // Makes a claimed waiter runnable: onto `list` (through G::sched_link), or

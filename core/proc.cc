@@ -265,6 +265,7 @@ const char* WaitReasonString(WaitReason r) {
     case WaitReason::kRunWait: return "goro.Run";
     case WaitReason::kIORead: return "IO wait (read)";
     case WaitReason::kIOWrite: return "IO wait (write)";
+    case WaitReason::kIOClose: return "IO wait (close)";
   }
   return "?";
 }

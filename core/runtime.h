@@ -75,6 +75,7 @@ enum class WaitReason : uint8_t {
   kRunWait,
   kIORead,
   kIOWrite,
+  kIOClose,  // an io operation waits for io::Close of its fd to finish
 };
 const char* WaitReasonString(WaitReason r);
 

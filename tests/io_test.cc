@@ -728,6 +728,186 @@ TEST(IoChildTest, ReaderWokenByCloseIsCancelledThoughTheNumberIsReused) {
   EXPECT_EXIT(CloseThenReuseNumberChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// io::Close racing with an operation that registers the same fd. Close takes
+// the fd out of epoll and only then closes it. Fails if an operation that
+// registers the fd in between is let through: it adds the still-open file to
+// epoll again and marks the PollDesc polled, close(2) then drops the epoll
+// entry, and the PollDesc stays polled - an operation that parked there is
+// never woken, and the next file that gets the number is never added to
+// epoll (it gets no wake-ups and stays blocking). A racer registers the fd
+// over and over (WaitReadable with a deadline already passed registers and
+// returns) while the main goroutine, in rounds, puts a pipe on the number,
+// lets a reader park on it and closes it with io::Close. After each Close
+// the reader must have got CancelledError, the PollDesc must not be left
+// polled, and a second pipe put on the number with a byte queued must be
+// readable (WaitReadable) and made non-blocking. The racer is a goroutine
+// for the first second, a plain thread for the next (each waits in its own
+// way while Close is under way). Waking the parked reader (and with it an
+// idle P: 3 Ps) widens the window to a few microseconds. Before the fix each
+// of 20 runs failed, within 6100 rounds with the goroutine racer (a second
+// here holds 10000 or more), and each of 20 with the thread racer alone did
+// within 330. In a child process, with a number of its own (kCloseRaceFd)
+// that nothing else gets while the racer registers it closed.
+constexpr int kCloseRaceFd = 200;
+std::atomic<bool> close_race_done{false};
+std::atomic<int64_t> close_race_spins{0}, close_race_cancelled{0};
+
+void CloseRaceSpin() {
+  while (!close_race_done.load(std::memory_order_relaxed)) {
+    absl::Status s = io::WaitReadable(kCloseRaceFd, absl::InfinitePast());
+    close_race_spins.fetch_add(1, std::memory_order_relaxed);
+    if (absl::IsCancelled(s)) close_race_cancelled.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+[[noreturn]] void CloseRacingRegistrationChild() {
+  namespace internal = goro::internal;
+  using goro_test::child_failures;
+  constexpr int kFd = kCloseRaceFd;
+  goro_test::Watchdog dog(absl::Seconds(30), "io::Close racing a registration");
+  rlimit rl;
+  CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > static_cast<rlim_t>(kFd),
+              "RLIMIT_NOFILE does not allow fd %d", kFd);
+  CHILD_CHECK(fcntl(kFd, F_GETFD) < 0, "fd %d is in use", kFd);
+  if (child_failures.load() != 0) _exit(1);
+  static int rounds[2] = {0, 0};
+  goro::Options opts;
+  opts.max_procs = 3;
+  goro::Run(
+      [] {
+        internal::PollDesc* pd = internal::PollDescFor(kFd);
+        for (int on_thread = 0; on_thread < 2 && child_failures.load() == 0; ++on_thread) {
+          close_race_done = false;
+          goro::WaitGroup racer;
+          std::thread thread;
+          if (on_thread) {
+            thread = std::thread(CloseRaceSpin);
+          } else {
+            racer.Add(1);
+            goro::Go([&racer] {
+              CloseRaceSpin();
+              racer.Done();
+            });
+          }
+          absl::Time end = absl::Now() + absl::Seconds(1);
+          for (int& round = rounds[on_thread]; absl::Now() < end && child_failures.load() == 0; ++round) {
+            const char* who = on_thread ? "thread racer" : "goroutine racer";
+            int p[2], q[2];
+            if (pipe2(p, O_CLOEXEC) != 0 || dup3(p[0], kFd, O_CLOEXEC) != kFd) _exit(3);
+            close(p[0]);
+            goro::WaitGroup reader;
+            reader.Add(1);
+            goro::Go([&] {
+              char c;
+              absl::StatusOr<size_t> r = io::Read(kFd, &c, 1, In(absl::Seconds(10)));
+              CHILD_CHECK(absl::IsCancelled(r.status()), "%s, round %d: the parked reader got %s", who, round,
+                          r.status().ToString().c_str());
+              reader.Done();
+            });
+            while (pd->rg.load() == nullptr) goro::Yield();  // it parks
+            CHILD_CHECK(io::Close(kFd).ok(), "io::Close");
+            reader.Wait();
+            close(p[1]);
+            pd->lock.Lock();
+            bool polled = pd->state == internal::PollDesc::Registration::kPolled;
+            pd->lock.Unlock();
+            CHILD_CHECK(!polled, "%s, round %d: the PollDesc of the closed fd %d was left polled", who, round, kFd);
+            if (pipe2(q, O_CLOEXEC) != 0 || dup3(q[0], kFd, O_CLOEXEC) != kFd) _exit(3);
+            close(q[0]);
+            CHILD_CHECK(write(q[1], "x", 1) == 1, "write: %s", strerror(errno));
+            absl::Status s = io::WaitReadable(kFd, In(absl::Seconds(5)));
+            CHILD_CHECK(s.ok(), "%s, round %d: a new pipe on fd %d with a byte queued: WaitReadable said %s", who,
+                        round, kFd, s.ToString().c_str());
+            CHILD_CHECK((fcntl(kFd, F_GETFL) & O_NONBLOCK) != 0, "%s, round %d: the new pipe on fd %d is blocking",
+                        who, round, kFd);
+            CHILD_CHECK(io::Close(kFd).ok(), "io::Close");
+            close(q[1]);
+          }
+          close_race_done = true;
+          if (on_thread) {
+            thread.join();
+          } else {
+            racer.Wait();
+          }
+        }
+      },
+      opts);
+  fprintf(stderr, "rounds: %d with a goroutine racer, %d with a thread; %lld registrations, %lld CancelledError\n",
+          rounds[0], rounds[1], static_cast<long long>(close_race_spins.load()),
+          static_cast<long long>(close_race_cancelled.load()));
+  _exit(child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, CloseRacingARegistrationLeavesNoStaleRegistration) {
+  EXPECT_EXIT(CloseRacingRegistrationChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// An operation on a new file that got the number of a file io::Close is
+// still closing. Linux frees the number as soon as close(2) begins, and
+// close(2) may then take long - here a TCP socket with SO_LINGER and unsent
+// data that the peer does not take, which it waits a second for. Fails if
+// an operation that finds the number being closed takes its file for the
+// one being closed: the Read of the new pipe on the number then gets
+// CancelledError instead of its byte; or if the Read, waiting for io::Close
+// on a plain thread the runtime knows nothing of, is taken for a deadlock.
+// (It waits until io::Close is done: nothing tells the new file from the
+// old one while close(2) runs.)
+TEST_F(IoTest, NewFileOnTheNumberOfAFileStillBeingClosedIsNotCancelled) {
+  bool still_closing = false;  // when the new pipe took the number
+  goro_test::RunBounded(
+      [&] {
+        sockaddr_in addr;
+        int lfd = Listen(&addr);
+        ASSERT_GE(lfd, 0);
+        int c = TcpSocket();
+        ASSERT_GE(c, 0);
+        ASSERT_TRUE(io::Connect(c, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
+        absl::StatusOr<int> s = io::Accept(lfd, In(absl::Seconds(5)));
+        ASSERT_TRUE(s.ok()) << s.status();
+        int small = 4096;
+        setsockopt(*s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        std::vector<char> big(1 << 20, 'b');
+        absl::Status filled;
+        do {  // until the peer's window and c's send buffer are full
+          filled = io::Write(c, big.data(), big.size(), In(absl::Milliseconds(20))).status();
+        } while (filled.ok());
+        ASSERT_TRUE(absl::IsDeadlineExceeded(filled)) << filled;
+        linger lg{1, 1};
+        ASSERT_EQ(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+
+        std::atomic<bool> closed{false};
+        absl::Status close_status;
+        std::thread closer([&] {
+          close_status = io::Close(c);
+          closed = true;
+        });
+        // The number is free once close(2) has begun.
+        EXPECT_TRUE(goro_test::Eventually([&] { return fcntl(c, F_GETFD) < 0; }, absl::Seconds(10)));
+        still_closing = !closed.load();
+        int q[2];
+        EXPECT_EQ(pipe2(q, O_CLOEXEC), 0);
+        if (q[0] != c) {  // not the lowest free number: make it so
+          EXPECT_EQ(dup3(q[0], c, O_CLOEXEC), c) << strerror(errno);
+          close(q[0]);
+        }
+        EXPECT_EQ(write(q[1], "x", 1), 1);
+        char ch = 0;
+        auto t0 = Now();
+        absl::StatusOr<size_t> r = io::Read(c, &ch, 1, In(absl::Seconds(10)));
+        absl::Duration took = Since(t0);
+        closer.join();
+        EXPECT_TRUE(r.ok() && *r == 1 && ch == 'x') << "the new pipe on fd " << c << ": " << r.status();
+        EXPECT_LT(took, absl::Seconds(5));
+        EXPECT_TRUE(close_status.ok()) << close_status;
+        EXPECT_TRUE(io::Close(c).ok());
+        EXPECT_TRUE(io::Close(q[1]).ok());
+        EXPECT_TRUE(io::Close(*s).ok());
+        EXPECT_TRUE(io::Close(lfd).ok());
+      },
+      absl::Seconds(25));
+  if (!still_closing) GTEST_SKIP() << "close(2) of the lingering socket was over before the new pipe got its number";
+}
+
 // An event that a poller fetched from epoll_wait before io::Close, but
 // handles only after the number was registered again by another file. The
 // test hands such an event to the poller's handler itself (the window in a

@@ -54,7 +54,9 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len,
 absl::Status WaitReadable(int fd, absl::Time deadline);
 absl::Status WaitWritable(int fd, absl::Time deadline);
 // Wakes every goroutine waiting on fd (they get CancelledError), removes it
-// from the poller and closes it.
+// from the poller and closes it. An operation that starts on fd while Close
+// runs gets CancelledError once Close is done - or, if another file has the
+// number by then, works on that file.
 absl::Status Close(int fd);
 
 }  // namespace goro::io
