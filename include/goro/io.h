@@ -56,7 +56,9 @@ absl::Status WaitWritable(int fd, absl::Time deadline);
 // Wakes every goroutine waiting on fd (they get CancelledError), removes it
 // from the poller and closes it. An operation that starts on fd while Close
 // runs gets CancelledError once Close is done - or, if another file has the
-// number by then, works on that file.
+// number by then, works on that file. Close does not wait for operations
+// already under way: see docs/syscalls.md before closing an fd that another
+// goroutine may still be using.
 absl::Status Close(int fd);
 
 }  // namespace goro::io
