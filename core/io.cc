@@ -139,10 +139,10 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   return absl::OkStatus();
 }
 
-// For an fd the poller does not watch (a regular file, a blocking standard
-// stream): waits in a marked blocking region until poll(2) says the fd is
-// ready for `events` (or hung up, or in error: the operation then says so),
-// or the deadline passes. A regular file is always ready.
+// For a blocking standard stream, which the poller does not watch: waits in
+// a marked blocking region until poll(2) says the fd is ready for `events`
+// (or hung up, or in error: the operation then says so), or the deadline
+// passes.
 absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
   for (;;) {
     int timeout_ms = -1;
@@ -161,8 +161,11 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
 }
 
 // Looks up and registers fd; sets *pd and the sequence number the operation
-// passes to WaitIO, or returns why not.
-absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable) {
+// passes to WaitIO, or returns why not. *pollable: the poller watches it;
+// *stream (if asked): it is not polled but may block, a blocking standard
+// stream, whose deadlines PollBlocking keeps.
+absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable, bool* stream = nullptr) {
+  if (stream != nullptr) *stream = false;
   EnsureStarted(Options{});
   *pd = PollDescFor(fd);
   if (*pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
@@ -172,6 +175,10 @@ absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable) {
       return absl::OkStatus();
     case PollDesc::Registration::kNotPollable:
       *pollable = false;
+      return absl::OkStatus();
+    case PollDesc::Registration::kBlockingStream:
+      *pollable = false;
+      if (stream != nullptr) *stream = true;
       return absl::OkStatus();
     case PollDesc::Registration::kClosed:
       return ClosedError(fd);
@@ -192,10 +199,12 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
   uint64_t seq;
-  bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
+  bool pollable, stream;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   if (!pollable) {
-    if (int64_t dl = internal::DeadlineNanos(deadline); dl != 0) {
+    // A process sharing the stream may take the data between poll(2) and
+    // read(2); the read then waits for more, past the deadline.
+    if (int64_t dl = internal::DeadlineNanos(deadline); stream && dl != 0) {
       if (absl::Status s = internal::PollBlocking(fd, POLLIN, dl); !s.ok()) return s;
     }
     ssize_t r;
@@ -229,8 +238,8 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
   uint64_t seq;
-  bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
+  bool pollable, stream;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   int64_t dl = internal::DeadlineNanos(deadline);
@@ -244,12 +253,16 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
         internal::tls_in_io_write = false;
       }
     } else {
-      if (dl != 0) {
+      size_t chunk = n - done;
+      if (stream && dl != 0) {
+        // POLLOUT promises room for PIPE_BUF bytes, no more: a larger write
+        // would block until all of it fits, past the deadline.
         if (absl::Status s = internal::PollBlocking(fd, POLLOUT, dl); !s.ok()) return s;
+        chunk = std::min<size_t>(chunk, PIPE_BUF);
       }
       r = Syscall([&] {
         internal::tls_in_io_write = true;
-        ssize_t w = ::write(fd, p + done, n - done);
+        ssize_t w = ::write(fd, p + done, chunk);
         internal::tls_in_io_write = false;
         return w;
       });
@@ -273,15 +286,10 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   for (;;) {
-    if (!pollable) {  // a blocking listener on a standard stream (inetd)
-      if (absl::Status s = internal::PollBlocking(listen_fd, POLLIN, dl); !s.ok()) return s;
-    }
-    int c = pollable ? ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)
-                     : Syscall([&] { return ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); });
+    int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) return c;
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
-    if (!pollable) continue;
     if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
@@ -294,13 +302,6 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   int r;
   bool retried = false;
-  if (!pollable) {
-    // A blocking socket on a standard stream: connect(2) blocks, in a marked
-    // region, until it is done; the deadline is not enforced.
-    while ((r = Syscall([&] { return ::connect(fd, addr, len); })) < 0 && errno == EINTR) retried = true;
-    if (r == 0 || (retried && errno == EISCONN)) return absl::OkStatus();
-    return internal::ErrnoStatus(errno, "connect", fd);
-  }
   while ((r = ::connect(fd, addr, len)) < 0 && errno == EINTR) retried = true;
   if (r == 0) return absl::OkStatus();
   // A connect interrupted by a signal goes on in the background: asked
@@ -343,9 +344,10 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
   uint64_t seq;
-  bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
-  if (!pollable) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
+  bool pollable, stream;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (stream) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
+  if (!pollable) return absl::OkStatus();  // regular files are always ready
   return internal::WaitIO(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 
@@ -353,9 +355,10 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
   uint64_t seq;
-  bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
-  if (!pollable) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
+  bool pollable, stream;
+  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (stream) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
+  if (!pollable) return absl::OkStatus();
   return internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
 }
 

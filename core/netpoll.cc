@@ -44,6 +44,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -126,6 +127,35 @@ void TakeWaiter(std::atomic<G*>& slot, G** list) {
   if (g != nullptr) WakeParked(g, list);
 }
 
+// The files fds 0 to 2 held when the runtime started (NoteStandardStreams).
+struct StreamFile {
+  bool open = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+StreamFile standard_streams[3];
+
+void NoteStandardStreams() {
+  for (int fd = 0; fd <= STDERR_FILENO; ++fd) {
+    struct stat st;
+    if (fstat(fd, &st) == 0) standard_streams[fd] = {true, st.st_dev, st.st_ino};
+  }
+}
+
+namespace {
+
+// Whether fd (0 to 2) still holds the file it held when the runtime started,
+// and that file is not a socket: a socket, or a file the program opened after
+// closing a standard stream, is the program's own, and is polled.
+bool IsInheritedStream(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || S_ISSOCK(st.st_mode)) return false;
+  const StreamFile& f = standard_streams[fd];
+  return f.open && f.dev == st.st_dev && f.ino == st.st_ino;
+}
+
+}  // namespace
+
 bool NetpollInited() { return inited.load(std::memory_order_acquire); }
 
 PollDesc* PollDescFor(int fd) {
@@ -146,7 +176,8 @@ PollDesc* PollDescFor(int fd) {
 
 PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   lock.Lock();
-  if (state == Registration::kPolled || state == Registration::kNotPollable) {
+  if (state == Registration::kPolled || state == Registration::kNotPollable ||
+      state == Registration::kBlockingStream) {
     *file_seq = seq;
     Registration r = state;
     lock.Unlock();
@@ -198,12 +229,12 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
     lock.Unlock();
     return bad;
   }
-  if (fd <= STDERR_FILENO && (flags & O_NONBLOCK) == 0) {
+  if (fd <= STDERR_FILENO && (flags & O_NONBLOCK) == 0 && IsInheritedStream(fd)) {
     // A blocking standard stream is usually shared with other processes (the
     // shell's terminal): O_NONBLOCK, a flag of the shared open file, would
     // stay set for them, during the run and after it. As Go's os.NewFile
     // does, such a stream is waited on in a marked blocking region instead.
-    state = Registration::kNotPollable;
+    state = Registration::kBlockingStream;
     lock.Unlock();
     return state;
   }

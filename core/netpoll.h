@@ -22,6 +22,12 @@ struct PollDesc {
     // epoll refused it (a regular file or a directory): operations on it
     // run in a marked blocking region.
     kNotPollable,
+    // A standard stream (fd 0 to 2) still holding the file it held when the
+    // runtime started, blocking and not a socket: shared with other
+    // processes, so not made non-blocking (NoteStandardStreams). Operations
+    // run in a marked blocking region, after poll(2) when they have a
+    // deadline.
+    kBlockingStream,
     // io::Close is closing the fd: from CloseLocked (which ended its seq and
     // took it out of epoll) until its close(2) has returned
     // (FinishCloseLocked). The number may hold the file being closed, which

@@ -1444,6 +1444,7 @@ void EnsureStarted(const Options& opts) {
   if (sched.started.load(std::memory_order_relaxed)) return;
 
   InitCurrentM();
+  NoteStandardStreams();
   EnvSettings env = ReadEnvironment();
   sched.start_opts = opts;
   Options o = CheckOptions(opts);

@@ -524,6 +524,9 @@ void ExitSyscall();
 // whose I/O became ready, waiting up to `timeout_ns` (0: not at all, <0:
 // forever) for some, into a list linked through G::sched_link.
 bool NetpollInited();
+// Notes which files fds 0 to 2 hold, when the runtime starts: goro::io does
+// not make those non-blocking (PollDesc::kBlockingStream).
+void NoteStandardStreams();
 G* Netpoll(int64_t timeout_ns);
 // Interrupts an M blocked in Netpoll.
 void NetpollBreak();

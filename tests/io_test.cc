@@ -1923,6 +1923,63 @@ TEST(IoChildTest, BlockingStdinStaysBlockingAndKeepsItsDeadlines) {
   EXPECT_EXIT(BlockingStdinChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// A write with a deadline to a blocking standard stream nobody reads (here
+// stdout, a pipe). Fails if the write, once poll(2) has said "room", tries
+// to write all that is left in one write(2): that blocks until it all fits,
+// here for ever (the watchdog), past the deadline.
+[[noreturn]] void BlockingStdoutWriteDeadlineChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a write with a deadline to a blocking stdout nobody reads");
+  int p[2];
+  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
+  close(p[1]);
+  goro_test::RunBounded([&] {
+    std::string big(1 << 20, 'x');
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<size_t> r = io::Write(STDOUT_FILENO, big.data(), big.size(), In(absl::Milliseconds(100)));
+    CHILD_CHECK(absl::IsDeadlineExceeded(r.status()), "Write to a full stdout: %s", r.status().ToString().c_str());
+    CHILD_CHECK(absl::Now() - t0 < absl::Seconds(10), "the write took %s",
+                absl::FormatDuration(absl::Now() - t0).c_str());
+  });
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, WriteDeadlineOnABlockingStdoutIsKept) {
+  EXPECT_EXIT(BlockingStdoutWriteDeadlineChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// Only the files a standard stream held when the runtime started are left
+// blocking. A socket the program creates after closing stdin gets number 0,
+// and is the program's own: polled, so io::Close wakes a goroutine reading it.
+// Fails (the reader still blocked 10 s later) if it is taken for the
+// inherited stdin and read in a blocking region, which io::Close cannot wake.
+[[noreturn]] void ProgramsOwnSocketOnFdZeroChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "io::Close of the program's own socket on fd 0");
+  goro_test::StartRuntime();  // stdin is still the inherited one here
+  close(STDIN_FILENO);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || sv[0] != STDIN_FILENO) _exit(3);
+  static std::atomic<bool> returned{false};
+  static absl::StatusOr<size_t> r = absl::UnknownError("not run");
+  goro::Go([] {
+    char c;
+    r = io::Read(STDIN_FILENO, &c, 1);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it parks on the empty socket
+  CHILD_CHECK(io::Close(STDIN_FILENO).ok(), "io::Close of fd 0");
+  if (!goro_test::Eventually([] { return returned.load(); }, absl::Seconds(10))) {
+    fprintf(stderr, "the reader of fd 0 was not woken 10 s after io::Close\n");
+    _exit(1);
+  }
+  CHILD_CHECK(absl::IsCancelled(r.status()), "Read of the closed socket: %s", r.status().ToString().c_str());
+  close(sv[1]);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, TheProgramsOwnSocketOnFdZeroIsPolled) {
+  EXPECT_EXIT(ProgramsOwnSocketOnFdZeroChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // A goroutine wired with LockOSThread that waits on I/O with no deadline,
 // while the other P is idle. Its M does not go looking for work (and poll)
 // as other Ms do: it hands its P off and sleeps until the goroutine is

@@ -7,11 +7,13 @@
 // O_NONBLOCK; after that, use goro::io::Close to close it, so that goroutines
 // blocked on it wake up with an error instead of waiting forever. Regular
 // files, which epoll cannot watch, are read and written in a marked blocking
-// region (goro::Syscall) instead. So are the standard streams (fds 0 to 2)
-// when they are blocking, as Go does: they are usually shared with other
+// region (goro::Syscall) instead. So are the blocking standard streams, as
+// in Go: fds 0 to 2 while they hold the files they held when the runtime
+// started, unless those are sockets. They are usually shared with other
 // processes (the shell's terminal), which would see O_NONBLOCK too. Their
-// deadlines are kept by poll(2) in that region (Connect's is not), and
-// io::Close does not wake a goroutine waiting on them.
+// deadlines are kept by poll(2) in that region (unless another process
+// takes the data first), and io::Close does not wake a goroutine waiting
+// on them.
 //
 // Errors are absl::Status values, never crashes:
 //   DeadlineExceededError  the deadline passed first;
