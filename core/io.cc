@@ -287,7 +287,13 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   int64_t dl = internal::DeadlineNanos(deadline);
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c >= 0) return c;
+    if (c >= 0) {
+      // A server that closed an earlier connection with plain close(2)
+      // would otherwise find its number still registered, and wait on the
+      // new connection for events that never come.
+      if (internal::PollDesc* cpd = internal::PollDescFor(c)) internal::InjectGList(cpd->ForgetStale(c));
+      return c;
+    }
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
     if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;

@@ -273,6 +273,23 @@ G* PollDesc::CloseLocked(int fd) {
   return list;
 }
 
+G* PollDesc::ForgetStale(int fd) {
+  G* list = nullptr;
+  lock.Lock();
+  if (state == Registration::kPolled || state == Registration::kNotPollable ||
+      state == Registration::kBlockingStream) {
+    ++seq;
+    TakeWaiter(rg, &list);
+    TakeWaiter(wg, &list);
+    // No EPOLL_CTL_DEL: epoll dropped the entry when the old file died, or,
+    // if a duplicate keeps that file open, the entry's events carry the old
+    // seq's tag and are dropped.
+    state = Registration::kUnknown;
+  }
+  lock.Unlock();
+  return list;
+}
+
 G* PollDesc::FinishCloseLocked(uint64_t closing_seq) {
   if (seq != closing_seq) return nullptr;  // a later io::Close of the number is under way: it finishes
   if (state != Registration::kClosing) Fatal("netpoll: FinishCloseLocked: the fd is not being closed");

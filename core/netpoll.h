@@ -61,6 +61,13 @@ struct PollDesc {
   // returns the operations that Register parked meanwhile (made runnable)
   // as a list through G::sched_link.
   G* FinishCloseLocked(uint64_t closing_seq);
+  // For a number the kernel has just handed out (accept4 returned it): a
+  // registration still recorded for it is of a file closed with plain
+  // close(2), not io::Close. Forgets it as io::Close would have (new seq,
+  // waiters woken with CancelledError), so that the new file is registered
+  // afresh instead of taken for a file epoll no longer watches. Returns the
+  // waiters (made runnable) as a list through G::sched_link.
+  G* ForgetStale(int fd);
 
   // After a short read of a TCP socket: unless the peer hung up (or an error
   // or urgent data was reported), the next io::Read waits for an edge first.

@@ -854,6 +854,52 @@ TEST(IoChildTest, CloseRacingARegistrationLeavesNoStaleRegistration) {
 // on a plain thread the runtime knows nothing of, is taken for a deadlock.
 // (It waits until io::Close is done: nothing tells the new file from the
 // old one while close(2) runs.)
+// A server that closes a connection with plain close(2), not io::Close, then
+// accepts another that gets the same number. Fails (DeadlineExceeded after
+// 5 s; with no deadline, a hang) if the old registration is taken for the
+// new connection's: epoll dropped the old file when it died, and the new one
+// is never added, so the reader parked on it is never woken.
+TEST_F(IoTest, AcceptedNumberOfAPlainClosedConnectionIsRegisteredAfresh) {
+  goro_test::RunBounded(
+      [&] {
+        sockaddr_in addr;
+        int lfd = Listen(&addr);
+        ASSERT_GE(lfd, 0);
+        int c1 = TcpSocket();
+        ASSERT_TRUE(io::Connect(c1, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
+        absl::StatusOr<int> s1 = io::Accept(lfd, In(absl::Seconds(5)));
+        ASSERT_TRUE(s1.ok()) << s1.status();
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(*s1, absl::InfinitePast())));  // registers it
+        const int number = *s1;
+        int c2 = TcpSocket();  // before the close, so that it does not get the number itself
+        close(number);         // plain close(2): goro is not told
+        ASSERT_TRUE(io::Connect(c2, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
+        absl::StatusOr<int> s2 = io::Accept(lfd, In(absl::Seconds(5)));
+        ASSERT_TRUE(s2.ok()) << s2.status();
+        if (*s2 == number) {  // the lowest free number, unless another thread took it meanwhile
+          absl::StatusOr<size_t> r = absl::UnknownError("not run");
+          char c = 0;
+          goro::WaitGroup wg;
+          wg.Add(1);
+          goro::Go([&] {
+            r = io::Read(*s2, &c, 1, In(absl::Seconds(5)));
+            wg.Done();
+          });
+          goro::SleepFor(absl::Milliseconds(50));  // the reader parks on the empty socket
+          EXPECT_EQ(write(c2, "x", 1), 1);
+          wg.Wait();
+          EXPECT_TRUE(r.ok() && *r == 1 && c == 'x') << "the new connection's reader: " << r.status();
+        } else {
+          ADD_FAILURE() << "the second connection got fd " << *s2 << ", not " << number;
+        }
+        EXPECT_TRUE(io::Close(*s2).ok());
+        close(c1);
+        close(c2);
+        close(lfd);
+      },
+      absl::Seconds(30));
+}
+
 TEST_F(IoTest, NewFileOnTheNumberOfAFileStillBeingClosedIsNotCancelled) {
   bool still_closing = false;  // when the new pipe took the number
   goro_test::RunBounded(

@@ -5,7 +5,11 @@
 // progress or `deadline` passes. The file descriptor is registered with the
 // runtime's epoll instance (edge-triggered) on first use and set to
 // O_NONBLOCK; after that, use goro::io::Close to close it, so that goroutines
-// blocked on it wake up with an error instead of waiting forever. Regular
+// blocked on it wake up with an error instead of waiting forever. A number
+// closed with plain close(2) keeps its registration: io::Accept notices when
+// it hands the number out again, but a file that socket(), pipe() or open()
+// puts there is taken for the old one, which epoll no longer watches, and
+// its waits may never end. Regular
 // files, which epoll cannot watch, are read and written in a marked blocking
 // region (goro::Syscall) instead. So are the blocking standard streams, as
 // in Go: fds 0 to 2 while they hold the files they held when the runtime
