@@ -293,12 +293,14 @@ void SysmonLoop() {
         timer_due = TimerDueSoon(w, now);
         if (!timer_due) until_timer = w - now;
       }
+      // What waits for this P should its M be blocked: goroutines to run, or
+      // (no P being idle) a timer.
+      const bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
       if (st == P::Status::kSyscall) {
         // Retake a P whose M blocks in a marked region: at the second look
         // at the same region if goroutines wait to run (or one of its timers
         // is due while no P is idle), else after 10 ms.
         uint32_t sc = p->syscalltick.load(std::memory_order_relaxed);
-        bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
         if (sc != ps[i].syscalltick) {
           ps[i].syscalltick = sc;
           ps[i].syscall_since = now;
@@ -336,7 +338,6 @@ void SysmonLoop() {
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
       G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
-      bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
       // Is the thread running, or asleep in the kernel (an unmarked blocking
       // call)? Compare its CPU time over an interval of this same slice. A
       // thread is never signalled without a sample showing it on a CPU.
