@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "core/netpoll.h"
@@ -148,7 +147,7 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
     int timeout_ms = -1;
     if (deadline_ns != 0) {
       int64_t left = deadline_ns < 0 ? 0 : std::max<int64_t>(deadline_ns - Nanotime(), 0);
-      timeout_ms = static_cast<int>(std::min<int64_t>((left + 999999) / 1000000, INT_MAX));
+      timeout_ms = TimeoutMillis(left);
     }
     pollfd pfd{fd, events, 0};
     int r = goro::Syscall([&] { return ::poll(&pfd, 1, timeout_ms); });
@@ -291,7 +290,7 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
       // A server that closed an earlier connection with plain close(2)
       // would otherwise find its number still registered, and wait on the
       // new connection for events that never come.
-      if (internal::PollDesc* cpd = internal::PollDescFor(c)) internal::InjectGList(cpd->ForgetStale(c));
+      if (internal::PollDesc* cpd = internal::PollDescFor(c)) internal::InjectGList(cpd->ForgetStale());
       return c;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;

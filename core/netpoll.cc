@@ -176,8 +176,7 @@ PollDesc* PollDescFor(int fd) {
 
 PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   lock.Lock();
-  if (state == Registration::kPolled || state == Registration::kNotPollable ||
-      state == Registration::kBlockingStream) {
+  if (RegisteredLocked()) {
     *file_seq = seq;
     Registration r = state;
     lock.Unlock();
@@ -263,24 +262,26 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
   return r;
 }
 
-G* PollDesc::CloseLocked(int fd) {
+G* PollDesc::EndSeqLocked() {
   G* list = nullptr;
   ++seq;
   TakeWaiter(rg, &list);
   TakeWaiter(wg, &list);
+  return list;
+}
+
+G* PollDesc::CloseLocked(int fd) {
+  G* list = EndSeqLocked();
   if (state == Registration::kPolled) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   state = Registration::kClosing;
   return list;
 }
 
-G* PollDesc::ForgetStale(int fd) {
+G* PollDesc::ForgetStale() {
   G* list = nullptr;
   lock.Lock();
-  if (state == Registration::kPolled || state == Registration::kNotPollable ||
-      state == Registration::kBlockingStream) {
-    ++seq;
-    TakeWaiter(rg, &list);
-    TakeWaiter(wg, &list);
+  if (RegisteredLocked()) {
+    list = EndSeqLocked();
     // No EPOLL_CTL_DEL: epoll dropped the entry when the old file died, or,
     // if a duplicate keeps that file open, the entry's events carry the old
     // seq's tag and are dropped.
@@ -310,7 +311,7 @@ G* Netpoll(int64_t timeout_ns) {
   } else if (timeout_ns == 0) {
     timeout_ms = 0;
   } else {
-    timeout_ms = static_cast<int>(std::min<int64_t>((timeout_ns + 999999) / 1000000, 1 << 30));
+    timeout_ms = TimeoutMillis(timeout_ns);
   }
   if (timeout_ms != 0) sched.last_poll.store(0, std::memory_order_relaxed);
   epoll_event events[128];

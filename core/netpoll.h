@@ -4,6 +4,7 @@
 
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/lock.h"
@@ -67,7 +68,7 @@ struct PollDesc {
   // waiters woken with CancelledError), so that the new file is registered
   // afresh instead of taken for a file epoll no longer watches. Returns the
   // waiters (made runnable) as a list through G::sched_link.
-  G* ForgetStale(int fd);
+  G* ForgetStale();
 
   // After a short read of a TCP socket: unless the peer hung up (or an error
   // or urgent data was reported), the next io::Read waits for an edge first.
@@ -76,6 +77,16 @@ struct PollDesc {
     if (!hup) drained.store(true, std::memory_order_relaxed);
     lock.Unlock();
   }
+
+  // With `lock` held: whether a registration is in force (the fast path of
+  // Register; what ForgetStale forgets).
+  bool RegisteredLocked() const {
+    return state == Registration::kPolled || state == Registration::kNotPollable ||
+           state == Registration::kBlockingStream;
+  }
+  // With `lock` held: ends the current `seq` and returns its waiters (made
+  // runnable) as a list through G::sched_link.
+  G* EndSeqLocked();
 
   SpinLock lock;
   // Everything below is guarded by lock.
@@ -117,6 +128,10 @@ void TakeWaiter(std::atomic<G*>& slot, G** list);
 // How many fd numbers the poller's table covers: a larger fd cannot be
 // waited on (io operations say InvalidArgument), but io::Close closes it.
 inline constexpr int kMaxPollFds = 1 << 22;
+
+// A wait of ns (0 or more) as a poll(2) or epoll_wait timeout: whole
+// milliseconds, rounded up so that it does not end early, at most 2^30.
+inline int TimeoutMillis(int64_t ns) { return static_cast<int>(std::min<int64_t>((ns + 999999) / 1000000, 1 << 30)); }
 
 // The PollDesc of fd (never freed), or nullptr for a negative fd or one of
 // kMaxPollFds or more.
