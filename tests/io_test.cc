@@ -137,6 +137,13 @@ int TcpSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOE
 
 const sockaddr* Sa(const sockaddr_in& a) { return reinterpret_cast<const sockaddr*>(&a); }
 
+// On a goroutine: connects socket c to the listener lfd at addr and accepts
+// the connection, through goro::io; returns the accepted fd.
+absl::StatusOr<int> ConnectAndAccept(int lfd, const sockaddr_in& addr, int c) {
+  if (absl::Status s = io::Connect(c, Sa(addr), sizeof addr, In(absl::Seconds(5))); !s.ok()) return s;
+  return io::Accept(lfd, In(absl::Seconds(5)));
+}
+
 // Raises the soft RLIMIT_NOFILE to the hard limit. Returns false (and why)
 // if the hard limit is below `need`.
 bool RaiseFdLimit(rlim_t need, std::string* why) {
@@ -866,15 +873,13 @@ TEST_F(IoTest, AcceptedNumberOfAPlainClosedConnectionIsRegisteredAfresh) {
         int lfd = Listen(&addr);
         ASSERT_GE(lfd, 0);
         int c1 = TcpSocket();
-        ASSERT_TRUE(io::Connect(c1, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
-        absl::StatusOr<int> s1 = io::Accept(lfd, In(absl::Seconds(5)));
+        absl::StatusOr<int> s1 = ConnectAndAccept(lfd, addr, c1);
         ASSERT_TRUE(s1.ok()) << s1.status();
         EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(*s1, absl::InfinitePast())));  // registers it
         const int number = *s1;
         int c2 = TcpSocket();  // before the close, so that it does not get the number itself
         close(number);         // plain close(2): goro is not told
-        ASSERT_TRUE(io::Connect(c2, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
-        absl::StatusOr<int> s2 = io::Accept(lfd, In(absl::Seconds(5)));
+        absl::StatusOr<int> s2 = ConnectAndAccept(lfd, addr, c2);
         ASSERT_TRUE(s2.ok()) << s2.status();
         if (*s2 == number) {  // the lowest free number, unless another thread took it meanwhile
           absl::StatusOr<size_t> r = absl::UnknownError("not run");
@@ -909,8 +914,7 @@ TEST_F(IoTest, NewFileOnTheNumberOfAFileStillBeingClosedIsNotCancelled) {
         ASSERT_GE(lfd, 0);
         int c = TcpSocket();
         ASSERT_GE(c, 0);
-        ASSERT_TRUE(io::Connect(c, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
-        absl::StatusOr<int> s = io::Accept(lfd, In(absl::Seconds(5)));
+        absl::StatusOr<int> s = ConnectAndAccept(lfd, addr, c);
         ASSERT_TRUE(s.ok()) << s.status();
         int small = 4096;
         setsockopt(*s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
@@ -1205,8 +1209,7 @@ TEST_F(IoTest, WriteToResetPeerIsUnavailable) {
         ASSERT_GE(lfd, 0);
         int c = TcpSocket();
         ASSERT_GE(c, 0);
-        ASSERT_TRUE(io::Connect(c, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
-        absl::StatusOr<int> a = io::Accept(lfd, In(absl::Seconds(5)));
+        absl::StatusOr<int> a = ConnectAndAccept(lfd, addr, c);
         ASSERT_TRUE(a.ok()) << a.status();
         linger lg{1, 0};
         ASSERT_EQ(setsockopt(*a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
