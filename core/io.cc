@@ -144,15 +144,12 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
 // passes.
 absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
   for (;;) {
-    int timeout_ms = -1;
-    if (deadline_ns != 0) {
-      int64_t left = deadline_ns < 0 ? 0 : std::max<int64_t>(deadline_ns - Nanotime(), 0);
-      timeout_ms = TimeoutMillis(left);
-    }
+    // deadline_ns: 0 for none, -1 for one already passed.
+    const int timeout_ms = deadline_ns == 0 ? -1 : TimeoutMillis(std::max<int64_t>(deadline_ns - Nanotime(), 0));
     pollfd pfd{fd, events, 0};
     int r = goro::Syscall([&] { return ::poll(&pfd, 1, timeout_ms); });
     if (r > 0) return absl::OkStatus();
-    if (r == 0 && (timeout_ms == 0 || Nanotime() >= deadline_ns)) {
+    if (r == 0 && Nanotime() >= deadline_ns) {
       return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
     }
     if (r < 0 && errno != EINTR) return ErrnoStatus(errno, "poll", fd);
