@@ -662,6 +662,12 @@ G* FindRunnable(M* m, bool* inherit) {
         np = PidleGetLocked();
       }
       if (np == nullptr && sched.runq_size.load() > 0) WakeP();
+      // Woken for a timer, with no P to run it: every P runs, or blocks in
+      // a system call. Sysmon hands it one of the blocked ones; it may have
+      // looked last while a P was still idle, and sleep past the timer.
+      if (np == nullptr) {
+        if (int64_t w = EarliestTimer(); TimerDueSoon(w, Nanotime())) WakeSysmonToRetry();
+      }
       if (np != nullptr) {
         AcquireP(m, np);
         m->spinning = true;  // so that it runs every P's timers
@@ -1322,6 +1328,7 @@ void WakeForTimer(int64_t when) {
     return;
   }
   WakeP();
+  WakeSysmonForTimer(when);
 }
 
 // Like Go's wakeNetPoller, which gets an M into the poller for a new timer:

@@ -341,6 +341,9 @@ struct Sched {
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
+  // When sysmon looks next, if it sleeps with a deadline (else INT64_MAX):
+  // a timer added for earlier, with no M left to sleep for it, wakes it.
+  std::atomic<int64_t> sysmon_wake_at{INT64_MAX};
   // Every G ever allocated, for dumps: pushed by CAS, never removed (Gs are
   // recycled, not freed).
   std::atomic<G*> allgs{nullptr};
@@ -461,6 +464,10 @@ void WakeSysmon();
 // preemption handler could not take a request. Async-signal-safe (a store
 // and a futex wake).
 void WakeSysmonToRetry();
+// For a timer added (due at `when`) that no M sleeps for and no idle P can
+// run: wakes sysmon if it would sleep past it while some P blocks in a
+// system call - the P sysmon may hand to an M that steals the timer.
+void WakeSysmonForTimer(int64_t when);
 // Reports Go's deadlock and ends the program if nothing can ever run again
 // (takes sched.mu; for sysmon's deferred check).
 void CheckDeadlock();

@@ -197,6 +197,14 @@ constexpr int64_t kScavengeBacklogNs = 2 * 1000 * 1000;
 
 bool AllPsIdle() { return sched.npidle.load(std::memory_order_acquire) == sched.nprocs; }
 
+// Sysmon's sleep while some P runs, published for WakeSysmonForTimer.
+void SleepUntil(int64_t until) {
+  sched.sysmon_wake_at.store(until, std::memory_order_seq_cst);
+  sched.sysmon_note.SleepUntil(until);
+  sched.sysmon_wake_at.store(INT64_MAX, std::memory_order_relaxed);
+  sched.sysmon_note.Clear();
+}
+
 void SysmonLoop() {
   prctl(PR_SET_NAME, "goro-sysmon");
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
@@ -250,8 +258,7 @@ void SysmonLoop() {
     if (next_trace != INT64_MAX) {
       // Tracing: never sleep past the next line, even with nothing to run.
       int64_t until = AllPsIdle() ? next_trace : std::min(next_trace, Nanotime() + std::max<int64_t>(sleep, 1000));
-      sched.sysmon_note.SleepUntil(until);
-      sched.sysmon_note.Clear();
+      SleepUntil(until);
     } else if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && AllPsIdle()) {
       sched.sysmon_note.SleepUntil(at);  // a deadlock check is due (ExternalGDeleter)
       sched.sysmon_note.Clear();
@@ -261,8 +268,7 @@ void SysmonLoop() {
       sched.sysmon_deep.store(false, std::memory_order_relaxed);
       sched.sysmon_note.Clear();
     } else {
-      sched.sysmon_note.SleepUntil(Nanotime() + std::max<int64_t>(sleep, 1000));
-      sched.sysmon_note.Clear();
+      SleepUntil(Nanotime() + std::max<int64_t>(sleep, 1000));
     }
 
     int64_t now = Nanotime();
@@ -279,20 +285,23 @@ void SysmonLoop() {
     // stealing pass. While an M blocks with its P (below), only a P that is
     // idle lets another M in: the timer sleeper wakes for the earliest timer
     // of any P, takes an idle P and steals the expired timers. With none
-    // idle it finds no P and sleeps on, so a timer due on the blocked P
-    // counts as work there, like a waiting goroutine, and sysmon wakes when
-    // it is due. (Go retakes a P in a system call whenever no P is idle or
-    // spinning; goro keeps the P with its M unless there is work for it.)
-    const bool none_idle = sched.npidle.load(std::memory_order_relaxed) == 0;
-    for (int i = 0; i < sched.nprocs; ++i) {
-      P* p = sched.allp[i];
-      P::Status st = p->status.load(std::memory_order_acquire);
-      bool timer_due = false;
-      int64_t until_timer = INT64_MAX;  // how soon a pending timer falls due
-      if (int64_t w = none_idle ? p->timer0_when.load(std::memory_order_relaxed) : 0; w != 0) {
+    // idle it finds no P and sleeps on (waking sysmon), so a timer due on
+    // any P - the blocked one, or one whose goroutine runs on - counts as
+    // work for a blocked P, like a waiting goroutine: the M it is handed to
+    // steals the timer. Sysmon wakes when the timer is due. (Go retakes a P
+    // in a system call whenever no P is idle or spinning; goro keeps the P
+    // with its M unless there is work for it.)
+    bool timer_due = false;
+    int64_t until_timer = INT64_MAX;  // how soon a pending timer falls due
+    if (sched.npidle.load(std::memory_order_relaxed) == 0) {
+      if (int64_t w = EarliestTimer(); w != 0) {
         timer_due = TimerDueSoon(w, now);
         if (!timer_due) until_timer = w - now;
       }
+    }
+    for (int i = 0; i < sched.nprocs; ++i) {
+      P* p = sched.allp[i];
+      P::Status st = p->status.load(std::memory_order_acquire);
       // What waits for this P should its M be blocked: goroutines to run, or
       // (no P being idle) a timer.
       const bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
@@ -479,6 +488,19 @@ void WakeSysmon() {
 }
 
 void WakeSysmonToRetry() { sched.sysmon_note.Wakeup(); }
+
+void WakeSysmonForTimer(int64_t when) {
+  if (sched.npidle.load(std::memory_order_seq_cst) != 0 ||
+      when >= sched.sysmon_wake_at.load(std::memory_order_seq_cst)) {
+    return;
+  }
+  for (P* p : sched.allp) {
+    if (p->status.load(std::memory_order_relaxed) == P::Status::kSyscall) {
+      sched.sysmon_note.Wakeup();
+      return;
+    }
+  }
+}
 
 void StartSysmon() {
   pthread_attr_t attr;

@@ -357,6 +357,173 @@ TEST(SyscallTest, TimerBesideAnUnmarkedCallOnOneProcFiresOnTime) {
   EXPECT_CHILD_OK(TimerBesideBlockedCallChild(false));
 }
 
+// The median of `ms`, after printing them all under `what`.
+double PrintAndMedian(const char* what, const std::vector<double>& ms) {
+  std::string all;
+  for (double x : ms) absl::StrAppend(&all, " ", absl::StrFormat("%.2f", x));
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  fprintf(stderr, "%s (ms):%s\nmedian %.2f ms\n", what, all.c_str(), median);
+  return median;
+}
+
+// Waits for a byte on fds[0] in a marked region, for up to `ms`; returns
+// poll's result (1 once the byte came, and reads it).
+int MarkedPollAndRead(const int fds[2], int ms) {
+  int r = goro::Syscall([fds, ms] {
+    pollfd p{fds[0], POLLIN, 0};
+    int r;
+    do r = poll(&p, 1, ms); while (r < 0 && errno == EINTR);
+    return r;
+  });
+  char c;
+  if (r == 1) CHILD_CHECK(read(fds[0], &c, 1) == 1, "read: %s", strerror(errno));
+  return r;
+}
+
+// On 2 Ps with long slices: one goroutine blocks in a marked poll, holding
+// its P; on the other, a goroutine sleeps 1 ms while a call-free spinner
+// runs. No P is idle, so the timer sleeper that wakes for the timer finds no
+// P to run it with, and the spinner's M will not look before its slice ends.
+// A timer due on any P counts as work for the blocked P: sysmon hands it to
+// an M, which steals the timer.
+//
+// Fails without that: the sleep lasts until the blocked P's 10 ms hand-off
+// (about 9.7 ms here), or until the spinner's 100 ms slice ends.
+[[noreturn]] void TimerOnARunningPBesideABlockedPChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "a timer on a running P beside a blocked P");
+  constexpr int kRounds = 12;
+  static int fds[2];
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  goro::Run(
+      [] {
+        goro::SleepFor(absl::Milliseconds(50));  // let sysmon settle in
+        std::vector<double> slept_ms;
+        for (int round = 0; round < kRounds; ++round) {
+          goro::WaitGroup wg;
+          std::atomic<bool> blocking{false};
+          std::atomic<bool> stop{false};
+          std::atomic<int> polled{-2};
+          wg.Add(2);
+          goro::Go([&] {
+            goro::Yield();
+            blocking = true;
+            polled = MarkedPollAndRead(fds, 2000);
+            wg.Done();
+          });
+          CHILD_CHECK(goro_test::Eventually(
+                          [&] {
+                            goro::Yield();
+                            return blocking.load();
+                          },
+                          absl::Seconds(10)),
+                      "the blocker never ran");
+          goro_test::Spin(absl::Microseconds(300));  // it is in poll(2) now
+          goro::Go([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+            }
+            wg.Done();
+          });
+          auto t0 = Now();
+          goro::SleepFor(absl::Milliseconds(1));  // the spinner runs on this P now
+          absl::Duration slept = Since(t0);
+          stop = true;
+          char c = 'x';
+          CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
+          wg.Wait();
+          CHILD_CHECK(polled.load() == 1, "round %d: the blocker's poll returned %d", round, polled.load());
+          if (round > 0) slept_ms.push_back(absl::ToDoubleMilliseconds(slept));
+        }
+        const double median =
+            PrintAndMedian("1 ms sleeps beside a spinner on 2 Ps, the other P blocked in a marked poll", slept_ms);
+        CHILD_CHECK(median < 5.0,
+                    "the median 1 ms sleep took %.2f ms: a timer due on a running P waited for the blocked "
+                    "P's 10 ms hand-off",
+                    median);
+      },
+      Opts(2, absl::Milliseconds(100)));
+  ExitChild();
+}
+
+TEST(SyscallTest, TimerOnARunningPBesideABlockedPFiresOnTime) {
+  EXPECT_CHILD_OK(TimerOnARunningPBesideABlockedPChild());
+}
+
+// On 2 Ps with long slices: a goroutine sleeps 3 ms, and the main goroutine
+// blocks in a marked poll, so one P is idle when sysmon looks. Then a plain
+// thread starts a spinner, which takes that P. The timer sleeper wakes for
+// the timer and finds no P; sysmon, which saw an idle P and nothing to do
+// for the blocked one until its 10 ms hand-off, must be woken to look again.
+//
+// Fails without the timer sleeper waking sysmon: the sleep lasts until the
+// hand-off, about 10 ms after the poll began.
+[[noreturn]] void TimerAfterTheLastIdlePIsTakenChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "a timer due after the last idle P was taken");
+  constexpr int kRounds = 12;
+  static int fds[2];
+  static std::atomic<int> spawn_round{-1};
+  static std::atomic<bool> stop{false};
+  static goro::WaitGroup* spinner_wg = nullptr;
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  std::thread spawner([] {
+    for (int round = 0; round < kRounds; ++round) {
+      if (!goro_test::Eventually([round] { return spawn_round.load() == round; }, absl::Seconds(10))) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the poll has begun
+      goro::Go([] {
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+        spinner_wg->Done();
+      });
+    }
+  });
+  goro::Run(
+      [] {
+        goro::SleepFor(absl::Milliseconds(50));  // let sysmon settle in
+        std::vector<double> slept_ms;
+        for (int round = 0; round < kRounds; ++round) {
+          goro::WaitGroup wg;
+          spinner_wg = &wg;
+          stop = false;
+          std::atomic<bool> sleeping{false};
+          absl::Duration slept;
+          wg.Add(2);
+          goro::Go([&] {
+            auto t0 = Now();
+            sleeping = true;
+            goro::SleepFor(absl::Milliseconds(3));
+            slept = Since(t0);
+            wg.Done();
+          });
+          CHILD_CHECK(goro_test::Eventually(
+                          [&] {
+                            goro::Yield();
+                            return sleeping.load();
+                          },
+                          absl::Seconds(10)),
+                      "the sleeper never ran");
+          spawn_round = round;
+          int r = MarkedPollAndRead(fds, 20);
+          CHILD_CHECK(r == 0, "round %d: the poll of an empty pipe returned %d", round, r);
+          stop = true;
+          wg.Wait();
+          if (round > 0) slept_ms.push_back(absl::ToDoubleMilliseconds(slept));
+        }
+        const double median = PrintAndMedian(
+            "3 ms sleeps on 2 Ps, one blocked in a marked poll, the other taken by a spinner", slept_ms);
+        CHILD_CHECK(median < 5.0,
+                    "the median 3 ms sleep took %.2f ms: sysmon slept past a timer that no M could run",
+                    median);
+      },
+      Opts(2, absl::Milliseconds(100)));
+  spawner.join();
+  ExitChild();
+}
+
+TEST(SyscallTest, TimerDueAfterTheLastIdlePIsTakenFiresOnTime) {
+  EXPECT_CHILD_OK(TimerAfterTheLastIdlePIsTakenChild());
+}
+
 // A goroutine whose P was taken away while it blocked in an unmarked call,
 // and whose first step afterwards is a NoPreemptScope, must still get a P of
 // its own before it runs runtime code: the scope raises preempt_off, and
