@@ -229,6 +229,8 @@ G* CurrentG() {
   return ExternalG();
 }
 
+void NoteThreadSlow() { ExternalG(); }
+
 bool OnGoroutine() { return CurrentGoroutine() != nullptr; }
 
 uint32_t FastRand() {
@@ -1207,7 +1209,10 @@ void YieldNow() {
 
 RuntimeScope::RuntimeScope() {
   g_ = CurrentGoroutine();
-  if (g_ == nullptr) return;
+  if (g_ == nullptr) {
+    if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
+    return;
+  }
   int32_t n = g_->preempt_off.load(std::memory_order_relaxed);
   if (n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
     PreemptCooperative();

@@ -403,6 +403,14 @@ inline G* CurrentGoroutine() {
 }
 // The running goroutine, or the calling plain thread's stand-in G (external).
 G* CurrentG();
+// Counts a plain thread as awake from its first goro call to its exit (see
+// Sched::external_awake), so that a goroutine waiting for it is not taken for
+// deadlocked. Every public entry calls it before it acts, or takes a
+// RuntimeScope, which does.
+void NoteThreadSlow();
+inline void NoteThread() {
+  if (CurrentGoroutine() == nullptr && CurrentM() == nullptr) NoteThreadSlow();
+}
 // True on a goroutine (not on g0, not on a plain thread).
 bool OnGoroutine();
 

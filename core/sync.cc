@@ -103,12 +103,14 @@ void Spin() {
 }  // namespace
 
 void Mutex::Lock() {
+  internal::NoteThread();  // the slow path's RuntimeScope would be too late
   int32_t unlocked = 0;
   if (state_.compare_exchange_strong(unlocked, kLocked, std::memory_order_acquire)) return;
   LockSlow();
 }
 
 bool Mutex::TryLock() {
+  internal::NoteThread();
   int32_t old = state_.load(std::memory_order_relaxed);
   if (old & (kLocked | kStarving)) return false;
   return state_.compare_exchange_strong(old, old | kLocked, std::memory_order_acquire);
@@ -165,6 +167,7 @@ void Mutex::LockSlow() {
 }
 
 void Mutex::Unlock() {
+  internal::NoteThread();
   int32_t old = kLocked;
   if (!state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) {
     UnlockSlow(old);

@@ -279,6 +279,64 @@ TEST(DeadlockTest, RunWaitingOnAPlainThreadBlockedInRecvIsNotADeadlock) {
   EXPECT_EXIT(WaitOnServerThreadChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// ... nor one waiting for a plain thread whose only goro call so far did not
+// block: a send with room in the buffer, or a Lock or TryLock of a free
+// Mutex. Such a call is the thread's first, and counts it from then on.
+// Fails (the deadlock report) if only a blocking call or Go counts a thread.
+enum class FirstCall { kBufferedSend, kLock, kTryLock };
+
+[[noreturn]] void WaitOnThreadAfterNonBlockingCallChild(FirstCall first) {
+  goro_test::Watchdog dog(absl::Seconds(30));
+  goro_test::StartRuntime();
+  goro::Chan<int> c(1);
+  goro::Mutex mu;
+  std::atomic<bool> known{false};
+  std::thread peer([&] {
+    if (first == FirstCall::kBufferedSend) {
+      c.Send(1);
+    } else if (first == FirstCall::kLock) {
+      mu.Lock();
+    } else if (!mu.TryLock()) {
+      fprintf(stderr, "TryLock of a free Mutex failed\n");
+      _exit(3);
+    }
+    known = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // awake, not in goro
+    if (first == FirstCall::kBufferedSend) {
+      c.Send(2);
+    } else {
+      mu.Unlock();
+    }
+  });
+  WaitUntilSet(known);
+  int got = 0;
+  goro::Run(
+      [&] {
+        if (first == FirstCall::kBufferedSend) {
+          got = c.Recv().value_or(-1) + c.Recv().value_or(-1);  // the second waits for the thread
+        } else {
+          mu.Lock();  // held by the thread until it wakes
+          mu.Unlock();
+          got = 3;
+        }
+      },
+      goro_test::TestOptions());
+  peer.join();
+  _exit(got == 3 ? 0 : 1);
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadThatSentWithoutBlockingIsNotADeadlock) {
+  EXPECT_EXIT(WaitOnThreadAfterNonBlockingCallChild(FirstCall::kBufferedSend), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadHoldingAMutexIsNotADeadlock) {
+  EXPECT_EXIT(WaitOnThreadAfterNonBlockingCallChild(FirstCall::kLock), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadHoldingAMutexFromTryLockIsNotADeadlock) {
+  EXPECT_EXIT(WaitOnThreadAfterNonBlockingCallChild(FirstCall::kTryLock), ::testing::ExitedWithCode(0), "");
+}
+
 
 // A plain thread that exits was the last sign of life: once it has gone,
 // nothing can wake the goroutine that Run waits for. The thread is known
