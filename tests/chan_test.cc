@@ -265,6 +265,31 @@ TEST(ChanTest, RangeReceivesEverythingInOrderAndEndsAtClose) {
   }
 }
 
+// A type that can be moved but not assigned (a const member) works with
+// Send and Recv, so range must work too: it receives into its slot in place.
+// Fails to compile if the iterator assigns the received optional.
+struct NotAssignable {
+  const int v;
+  explicit NotAssignable(int x) : v(x) {}
+  NotAssignable(NotAssignable&&) = default;
+  NotAssignable& operator=(NotAssignable&&) = delete;
+};
+
+TEST(ChanTest, RangeOverAnUnassignableType) {
+  RunBounded([] {
+    goro::Chan<NotAssignable> c(4);
+    for (int i = 0; i < 3; ++i) c.Send(NotAssignable(i));
+    c.Close();
+    int sum = 0, n = 0;
+    for (NotAssignable& x : c) {
+      sum += x.v;
+      ++n;
+    }
+    EXPECT_EQ(n, 3);
+    EXPECT_EQ(sum, 3);
+  });
+}
+
 TEST(ChanTest, RangeOverClosedEmptyChannelDoesNothing) {
   RunBounded([] {
     goro::Chan<int> c(2);

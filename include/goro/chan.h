@@ -116,7 +116,8 @@ class Chan {
     explicit iterator(Chan* c) : chan_(c) { ++*this; }
     T& operator*() { return *value_; }
     iterator& operator++() {
-      value_ = chan_->Recv();
+      value_.reset();  // received in place: T need not be assignable
+      internal::ChanRecv(chan_->core(), &value_);
       if (!value_) chan_ = nullptr;
       return *this;
     }
