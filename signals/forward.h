@@ -10,13 +10,14 @@ namespace goro::internal {
 // there is none to call (SIG_DFL or SIG_IGN): the caller decides what the
 // default action means for its signal.
 inline bool CallPreviousHandler(const struct sigaction& prev, int sig, siginfo_t* info, void* uctx) {
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction == nullptr) return false;
-    prev.sa_sigaction(sig, info, uctx);
-    return true;
-  }
+  // The kernel reads SIG_DFL and SIG_IGN whatever the flags say; sa_handler
+  // and sa_sigaction share their storage.
   if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) return false;
-  prev.sa_handler(sig);
+  if (prev.sa_flags & SA_SIGINFO) {
+    prev.sa_sigaction(sig, info, uctx);
+  } else {
+    prev.sa_handler(sig);
+  }
   return true;
 }
 

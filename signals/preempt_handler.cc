@@ -8,8 +8,14 @@
 // (arch/preempt_*.S), which saves everything and parks it.
 //
 // It is safe to stop the goroutine only when all of these hold:
-//   - the signal is ours: sent by sysmon (tgkill from this process) with a
-//     request pending on this M. Anything else goes to the previous handler;
+//   - a signal of goro's is pending on this M (signal_pending). Standard
+//     signals do not queue: one sent while another of the same number is
+//     pending on the thread (a SIGURG the program queued to it, the
+//     kernel's for out-of-band data, another process's tgkill) merges with
+//     it, and the handler runs once with the first one's siginfo. So any
+//     delivery while ours is pending acknowledges ours; one that did not
+//     come from sysmon (tgkill from this process) is also passed to the
+//     previous handler, as is any delivery with none of ours pending;
 //   - the M runs a goroutine (not g0) and is not halfway through a switch;
 //   - the goroutine is not in runtime code or a NoPreemptScope (preempt_off);
 //   - the preemption request is still pending (stackguard0 == kStackPreempt);
@@ -72,14 +78,16 @@ void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   int saved_errno = errno;
   M* m = CurrentM();
-  bool ours = m != nullptr && info->si_code == SI_TKILL && info->si_pid == our_pid &&
-              m->signal_pending.load(std::memory_order_acquire);
-  if (!ours) {
-    ForwardPreempt(sig, info, uctx_void);
+  // Acknowledged here, whoever sent what arrived: left set, sysmon would
+  // never signal this M again, and its next marked region would wait for
+  // the acknowledgement for ever (WaitOutPreemptSignal).
+  const bool pending = m != nullptr && m->signal_pending.exchange(false, std::memory_order_acq_rel);
+  const bool from_sysmon = info->si_code == SI_TKILL && info->si_pid == our_pid;
+  if (!pending || !from_sysmon) ForwardPreempt(sig, info, uctx_void);
+  if (!pending) {
     errno = saved_errno;
     return;
   }
-  m->signal_pending.store(false, std::memory_order_release);  // acknowledged
 
   auto* uc = static_cast<ucontext_t*>(uctx_void);
   G* g = m->curg;

@@ -831,6 +831,106 @@ TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerWhilePreempting) {
   EXPECT_CHILD_OK(ForeignSigurgWhilePreemptingChild());
 }
 
+// A SIGURG queued to a goroutine's thread (SI_QUEUE, as pthread_sigqueue
+// sends; the kernel's for out-of-band data and another process's tgkill are
+// alike) while the thread blocks SIGURG; sysmon's signal for the loop that
+// runs meanwhile merges with it (standard signals do not queue). The one
+// delivery, once unblocked, must reach the program's handler and also
+// acknowledge goro's. Fails without the second: sysmon never signals that
+// thread again, so the call-free loop afterwards keeps the other goroutine
+// out until the 5 s guard stops it, and goro::Syscall waits for ever (the
+// watchdog's message).
+[[noreturn]] void ForeignSigurgAbsorbsGorosChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "a foreign SIGURG that absorbed goro's");
+  InstallUserHandler(SIGURG);
+  static uint64_t sent_while_blocked = 0;
+  static uint64_t forwarded = 0;
+  static double waited_s = -1;
+  goro::Run(
+      [] {
+        goro::LockOSThread();  // the signal mask below is this thread's
+        {
+          goro::NoPreemptScope no_preempt;  // sysmon still signals; the handler does not inject
+          sigset_t urg;
+          sigemptyset(&urg);
+          sigaddset(&urg, SIGURG);
+          pthread_sigmask(SIG_BLOCK, &urg, nullptr);
+          siginfo_t si;
+          memset(&si, 0, sizeof si);
+          si.si_signo = SIGURG;
+          si.si_code = SI_QUEUE;
+          si.si_pid = getpid();
+          si.si_uid = getuid();
+          const uint64_t user0 = user_signals.load();
+          CHILD_CHECK(syscall(SYS_rt_tgsigqueueinfo, getpid(), goro_test::ThreadId(), SIGURG, &si) == 0,
+                      "rt_tgsigqueueinfo: %s", strerror(errno));
+          const uint64_t sent0 = goro::GetStats().preempt_signals_sent;
+          auto start = Now();
+          while (goro::GetStats().preempt_signals_sent == sent0 && Since(start) < absl::Seconds(5)) {
+          }
+          sent_while_blocked = goro::GetStats().preempt_signals_sent - sent0;
+          pthread_sigmask(SIG_UNBLOCK, &urg, nullptr);  // the merged signal arrives here
+          forwarded = user_signals.load() - user0;
+        }
+        goro::UnlockOSThread();
+        static Spin hog;
+        std::atomic<bool> other_ran{false};
+        goro::Go([&other_ran] {
+          other_ran = true;
+          hog.stop = 1;
+        });
+        std::thread guard([&other_ran] {
+          auto start = Now();
+          while (!other_ran.load() && Since(start) < absl::Seconds(5)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          hog.stop = 1;
+        });
+        auto start = Now();
+        hog.Run(goro_test_spin_until);  // call-free: only a signal stops it
+        waited_s = absl::ToDoubleSeconds(Since(start));
+        guard.join();
+        CHILD_CHECK(other_ran.load(), "a call-free loop on 1 P kept the other goroutine out for %.2f s", waited_s);
+        goro::Syscall([] { return 0; });  // waits for an acknowledgement that never comes, if lost
+      },
+      Opts(1, absl::Milliseconds(1)));
+  fprintf(stderr, "sysmon signals while SIGURG was blocked: %llu; forwarded on unblocking: %llu; the loop ran %.3f s\n",
+          U(sent_while_blocked), U(forwarded), waited_s);
+  CHILD_CHECK(sent_while_blocked > 0, "sysmon sent no signal while SIGURG was blocked: the test proved nothing");
+  CHILD_CHECK(forwarded == 1, "%llu SIGURGs reached the program's handler on unblocking, not 1", U(forwarded));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, ForeignSigurgThatAbsorbsGorosIsAlsoGorosAcknowledgement) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(ForeignSigurgAbsorbsGorosChild());
+}
+
+// A SIGURG disposition of SIG_IGN installed with SA_SIGINFO before goro
+// started: a stray SIGURG is ignored, as the kernel would. Fails (SIGSEGV)
+// if goro calls the previous "handler" because SA_SIGINFO is set.
+[[noreturn]] void IgnoredWithSiginfoChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "SIGURG ignored with SA_SIGINFO");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN;
+  sa.sa_flags = SA_SIGINFO;
+  CHILD_CHECK(sigaction(SIGURG, &sa, nullptr) == 0, "sigaction: %s", strerror(errno));
+  goro::Run(
+      [] {
+        kill(getpid(), SIGURG);
+        raise(SIGURG);
+        goro::SleepFor(absl::Milliseconds(20));  // delivered by now
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, PreviousSigIgnWithSiginfoIsHonoured) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(IgnoredWithSiginfoChild());
+}
+
 // ---------------------------------------------------------------------------
 // Options::preempt_signal = SIGUSR2: a call-free loop on one P is still
 // preempted, and SIGURG is left entirely to the user.
