@@ -860,7 +860,7 @@ G* FinishSwitchOnG0(M* m) {
       g->stack = Stack{};
       g->status.store(GStatus::kIdle, std::memory_order_relaxed);
       GfreePut(p, g);
-      p->exited.fetch_add(1, std::memory_order_relaxed);
+      p->exited.fetch_add(1, std::memory_order_release);  // see GetStats
       return nullptr;
     }
     case SwitchRequest::kNone:
@@ -1632,11 +1632,15 @@ Stats GetStats() {
   goro::NoPreemptScope no_preempt;  // sched.mu is released on the thread that took it
   Stats s;
   if (!sched.started.load(std::memory_order_acquire)) return s;
-  uint64_t created = sched.created_off_p.load(std::memory_order_relaxed);
+  // Exits first: a goroutine counted as exited was counted as created
+  // before it ran, so a creation read afterwards is seen and `live` is never
+  // negative. (Read the other way round, one created after its creator's
+  // counter was read and exited before its P's was counted as exited only.)
   uint64_t exited = 0;
+  for (internal::P* p : sched.allp) exited += p->exited.load(std::memory_order_acquire);
+  uint64_t created = sched.created_off_p.load(std::memory_order_relaxed);
   for (internal::P* p : sched.allp) {
     created += p->created.load(std::memory_order_relaxed);
-    exited += p->exited.load(std::memory_order_relaxed);
     s.steals += p->steals.load(std::memory_order_relaxed);
   }
   s.goroutines_created = created;
