@@ -594,6 +594,9 @@ void StackInitGlobal(size_t stack_size);
 // Signals (signals/signals.cc).
 void InstallSignalHandlers();
 void InstallPreemptHandler(int sig);
+// Whether the preemption signal's handler is still goro's (the program may
+// have installed its own since).
+bool PreemptHandlerInstalled();
 // io::Write sets this around write(2) on a non-socket: a SIGPIPE raised then
 // is ignored (the write returns EPIPE), as Go does; elsewhere SIGPIPE keeps
 // its default action.

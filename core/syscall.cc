@@ -42,10 +42,25 @@ namespace {
 // the one pending may be the program's own SIGURG. The one hole: a call that
 // unblocks the signal itself (ppoll, pselect, epoll_pwait or sigsuspend with
 // such a mask) may see EINTR.
+//
+// The handler acknowledges any delivery, so the wait ends unless the signal
+// never reaches it: the program installed a handler of its own for the
+// signal after the runtime started. That is one clear fatal line, not a hang.
 void WaitOutPreemptSignal(M* m) {
   sigset_t mask;
   if (pthread_sigmask(SIG_BLOCK, nullptr, &mask) == 0 && sigismember(&mask, sched.preempt_signal) == 1) return;
-  while (m->signal_pending.load(std::memory_order_seq_cst)) arch::CpuRelax();
+  int64_t check_at = Nanotime() + 10 * 1000 * 1000;
+  while (m->signal_pending.load(std::memory_order_seq_cst)) {
+    arch::CpuRelax();
+    if (Nanotime() < check_at) continue;
+    if (!PreemptHandlerInstalled()) {
+      FatalG(absl::StrCat("the handler of signal ", sched.preempt_signal,
+                          " (goro's preemption signal, Options::preempt_signal) was replaced after the runtime "
+                          "started; choose another signal for one of the two, or set "
+                          "Options::async_preemption = false"));
+    }
+    check_at = Nanotime() + 10 * 1000 * 1000;
+  }
 }
 
 }  // namespace

@@ -127,6 +127,12 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
 
 }  // namespace
 
+bool PreemptHandlerInstalled() {
+  struct sigaction cur;
+  if (sigaction(preempt_sig, nullptr, &cur) != 0) return true;  // cannot tell
+  return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == PreemptHandler;
+}
+
 void InstallPreemptHandler(int sig) {
   preempt_sig = sig;
   our_pid = getpid();

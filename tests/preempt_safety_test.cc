@@ -906,6 +906,43 @@ TEST(PreemptSafetyTest, ForeignSigurgThatAbsorbsGorosIsAlsoGorosAcknowledgement)
   EXPECT_CHILD_OK(ForeignSigurgAbsorbsGorosChild());
 }
 
+// The program installs a SIGURG handler of its own after the runtime
+// started. Sysmon's signal for a call-free loop then reaches that handler,
+// never goro's, and is never acknowledged: the next goro::Syscall on that
+// thread would wait for the acknowledgement for ever. One fatal line naming
+// the signal instead. Fails (the watchdog's hang message) without the check.
+[[noreturn]] void HandlerReplacedChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "goro::Syscall after the preemption handler was replaced");
+  goro::Run(
+      [] {
+        InstallUserHandler(SIGURG);  // replaces goro's
+        static Spin hog;
+        const uint64_t sent0 = goro::GetStats().preempt_signals_sent;
+        std::thread stopper([sent0] {
+          auto start = Now();
+          while (goro::GetStats().preempt_signals_sent == sent0 && Since(start) < absl::Seconds(5)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          hog.stop = 1;
+        });
+        hog.Run(goro_test_spin_until);
+        stopper.join();
+        CHILD_CHECK(goro::GetStats().preempt_signals_sent > sent0, "sysmon sent no signal: the test proved nothing");
+        fflush(stderr);
+        goro::Syscall([] { return 0; });
+        fprintf(stderr, "goro::Syscall returned\n");
+      },
+      Opts(1, absl::Milliseconds(1)));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, ReplacedPreemptionHandlerIsOneFatalLineNotAHang) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_DEATH(HandlerReplacedChild(),
+               "fatal error: goroutine 1: the handler of signal 23 \\(goro's preemption signal, Options::preempt_signal\\) was "
+               "replaced after the runtime started");
+}
+
 // A SIGURG disposition of SIG_IGN installed with SA_SIGINFO before goro
 // started: a stray SIGURG is ignored, as the kernel would. Fails (SIGSEGV)
 // if goro calls the previous "handler" because SA_SIGINFO is set.
