@@ -499,9 +499,13 @@ void StopM(M* m) {
 void CheckDeadLocked() {
   if (sched.run_waiters == 0) return;
   if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone
-  // Someone is running (or sleeping until a timer). Ms wired to a blocked
-  // goroutine are as idle as the goroutine.
-  if (sched.mcount - sched.nmidle - sched.nmlocked > 0) return;
+  // Someone is running. Ms wired to a blocked goroutine are as idle as the
+  // goroutine, and so is an M asleep on its futex until a timer (not in
+  // epoll_wait): it holds no P, and what it waits for is checked below - a
+  // timer stopped since it went to sleep (goro::Timer::Stop, DelTimer) does
+  // not wake it.
+  const int32_t timer_sleeping = sched.timer_sleeper != nullptr && !sched.sleeper_polls ? 1 : 0;
+  if (sched.mcount - sched.nmidle - sched.nmlocked - timer_sleeping > 0) return;
   if (sched.runq_size.load() != 0) return;
   for (P* p : sched.allp) {
     if (!p->runq.Empty()) return;

@@ -8,12 +8,15 @@
 // p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
 // without taking its lock.
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/time/clock.h"
 #include "core/chan_internal.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "goro/sync.h"
 #include "goro/timer.h"
 
 namespace goro::internal {
@@ -167,6 +170,13 @@ struct AfterTimer {
   Chan<absl::Time> ch{1};
 };
 
+// A goro::Timer's: its record, and the lock that orders Stop and Reset.
+// The callback only offers the time; the record lives with the Timer.
+void FireTimer(Timer* t) {
+  absl::Time now = absl::Now();
+  ChanOffer(static_cast<ChanCore*>(t->arg), &now);
+}
+
 void FireAfter(Timer* t) {
   auto* a = static_cast<AfterTimer*>(t->arg);
   absl::Time now = absl::Now();
@@ -209,6 +219,47 @@ Chan<absl::Time> After(absl::Duration d) {
   a->timer.arg = a;
   internal::AddTimer(&a->timer);
   return ch;
+}
+
+struct Timer::State {
+  internal::Timer timer;
+  Mutex mu;  // Stop and Reset, one at a time
+};
+
+Timer::Timer(absl::Duration d) : ch_(1) {
+  internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
+  state_ = std::make_unique<State>();
+  state_->timer.f = internal::FireTimer;
+  state_->timer.arg = ch_.core();
+  state_->timer.when = internal::NanotimeIn(d);
+  internal::AddTimer(&state_->timer);
+}
+
+Timer::~Timer() { Stop(); }
+
+bool Timer::Stop() {
+  internal::RuntimeScope scope;
+  state_->mu.Lock();
+  // Once DelTimer returns the callback is not running and will not run, so
+  // whatever it sent is in the buffer now, or was taken by a receiver.
+  bool stopped = internal::DelTimer(&state_->timer);
+  std::optional<absl::Time> stale;
+  if (!stopped && Select(OnRecv(ch_, &stale), OnDefault()) == 0) stopped = true;
+  state_->mu.Unlock();
+  return stopped;
+}
+
+bool Timer::Reset(absl::Duration d) {
+  internal::RuntimeScope scope;
+  state_->mu.Lock();
+  bool stopped = internal::DelTimer(&state_->timer);
+  std::optional<absl::Time> stale;
+  if (!stopped && Select(OnRecv(ch_, &stale), OnDefault()) == 0) stopped = true;
+  state_->timer.when = internal::NanotimeIn(d);
+  internal::AddTimer(&state_->timer);
+  state_->mu.Unlock();
+  return stopped;
 }
 
 }  // namespace goro

@@ -181,6 +181,19 @@ TEST(DeadlockTest, PendingAfterInSelectIsNotADeadlock) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// A stopped goro::Timer has left the timer heap: it no longer keeps the
+// deadlock check quiet, as a pending one does. Fails (the watchdog's
+// message) if Stop leaves the entry behind.
+TEST(DeadlockTest, StoppedTimerDoesNotHideADeadlock) {
+  EXPECT_DEATH(RunExpectingDeadlock([] {
+                 goro::Timer t(absl::Hours(1));
+                 t.Stop();
+                 goro::Chan<int> c;
+                 c.Recv();
+               }),
+               kDeadlock);
+}
+
 TEST(DeadlockTest, CondVarWaitForIsNotADeadlock) {
   EXPECT_EXIT(RunExpectingReturn([] {
                 goro::Mutex mu;

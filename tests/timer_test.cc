@@ -183,6 +183,124 @@ TEST(TimerTest, EarlierAfterFiresFirst) {
   });
 }
 
+// goro::Timer: Go's time.Timer with Go 1.23's guarantees.
+
+// Whether C() has a time to receive now (non-blocking).
+bool Ready(goro::Timer& t) {
+  std::optional<absl::Time> v;
+  return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 0;
+}
+
+TEST(TimerTest, TimerFiresOnceAfterTheDuration) {
+  RunBounded([] {
+    absl::Time start = absl::Now();
+    goro::Timer t(absl::Milliseconds(5));
+    std::optional<absl::Time> fired = t.C().Recv();
+    ASSERT_TRUE(fired.has_value());
+    EXPECT_GE(*fired, start + absl::Milliseconds(5));
+    goro::SleepFor(absl::Milliseconds(10));
+    EXPECT_FALSE(Ready(t)) << "a second time arrived";
+    EXPECT_FALSE(t.Stop()) << "Stop after the time was received";
+  });
+}
+
+// Fails if Stop leaves the timer in the heap (it fires anyway).
+TEST(TimerTest, StoppedTimerNeverFires) {
+  RunBounded([] {
+    goro::Timer t(absl::Milliseconds(5));
+    EXPECT_TRUE(t.Stop());
+    EXPECT_FALSE(t.Stop()) << "stopped twice";
+    goro::SleepFor(absl::Milliseconds(30));
+    EXPECT_FALSE(Ready(t));
+  });
+}
+
+// Go 1.23: a time that fired but was not received is dropped by Stop, and
+// Stop says it kept it from being received. Fails if the buffer is not
+// drained.
+TEST(TimerTest, StopDropsAnUnreceivedTime) {
+  RunBounded([] {
+    goro::Timer t(absl::Milliseconds(1));
+    goro::SleepFor(absl::Milliseconds(20));  // fired into the buffer
+    EXPECT_TRUE(t.Stop());
+    EXPECT_FALSE(Ready(t)) << "a stale time after Stop";
+  });
+}
+
+// Reset rearms a pending timer, and a fired but unreceived one without
+// letting its stale time through: the time received is the new one's.
+TEST(TimerTest, ResetRearmsAndDropsAStaleTime) {
+  RunBounded([] {
+    goro::Timer t(absl::Hours(1));
+    absl::Time reset_at = absl::Now();
+    EXPECT_TRUE(t.Reset(absl::Milliseconds(5))) << "Reset of a pending timer";
+    std::optional<absl::Time> fired = t.C().Recv();
+    ASSERT_TRUE(fired.has_value());
+    EXPECT_GE(*fired, reset_at + absl::Milliseconds(5));
+
+    EXPECT_FALSE(t.Reset(absl::Milliseconds(1))) << "Reset after the time was received";
+    goro::SleepFor(absl::Milliseconds(20));  // fired into the buffer
+    reset_at = absl::Now();
+    EXPECT_TRUE(t.Reset(absl::Milliseconds(30))) << "Reset with an unreceived time";
+    fired = t.C().Recv();
+    ASSERT_TRUE(fired.has_value());
+    EXPECT_GE(*fired, reset_at + absl::Milliseconds(30)) << "received the stale time";
+  });
+}
+
+// Stop and Reset from several goroutines and a plain thread at once, while
+// the goroutines also receive: nothing crashes or corrupts the heap, and a
+// final Stop leaves nothing to receive. Fails (a crash, in 10 of 10 runs, or
+// a time after the final Stop) if Stop and Reset are not serialised: two
+// Resets both find the timer out of the heap and both add it.
+TEST(TimerTest, ConcurrentStopAndResetLeaveOneConsistentTimer) {
+  RunBounded([] {
+    goro::Timer t(absl::Microseconds(50));
+    goro::WaitGroup wg;
+    std::atomic<int> received{0};
+    for (int w = 0; w < 4; ++w) {
+      wg.Add(1);
+      goro::Go([&t, &wg, &received, w] {
+        for (int i = 0; i < 20000; ++i) {
+          if ((i + w) % 3 == 0) {
+            t.Stop();
+          } else {
+            t.Reset(absl::Microseconds((i * 7 + w) % 100));
+          }
+          if (i % 50 == 0) goro::SleepFor(absl::Microseconds(150));  // let it fire now and then
+          if (Ready(t)) received.fetch_add(1);
+        }
+        wg.Done();
+      });
+    }
+    std::thread plain([&t] {
+      for (int i = 0; i < 20000; ++i) t.Reset(absl::Microseconds(i % 50));
+    });
+    wg.Wait();
+    goro::Syscall([&plain] {
+      plain.join();
+      return 0;
+    });
+    t.Stop();
+    goro::SleepFor(absl::Milliseconds(5));
+    EXPECT_FALSE(Ready(t)) << "a time after the final Stop";
+    EXPECT_GT(received.load(), 0) << "no timer ever fired: the test proved nothing";
+  });
+}
+
+TEST(TimerTest, TimerChannelOutlivesTheTimer) {
+  RunBounded([] {
+    goro::Chan<absl::Time> c;
+    {
+      goro::Timer t(absl::Milliseconds(1));
+      c = t.C();
+    }
+    goro::SleepFor(absl::Milliseconds(20));
+    std::optional<absl::Time> v;
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &v), goro::OnDefault()), 1) << "a destroyed Timer fired";
+  });
+}
+
 TEST(TimerTest, CondVarWaitForTimesOut) {
   RunBounded([] {
     goro::Mutex mu;

@@ -2,6 +2,8 @@
 #ifndef GORO_TIMER_H_
 #define GORO_TIMER_H_
 
+#include <memory>
+
 #include "absl/time/time.h"
 #include "goro/chan.h"
 
@@ -15,9 +17,52 @@ namespace goro {
 // heap (a few hundred bytes) live until it fires, as Go's time.After did
 // before Go 1.23. A loop that selects on After(1h) and usually finishes
 // early piles them up for an hour; so does the deadlock check, which stays
-// silent while any timer is pending. For a timeout inside a loop, prefer a
-// deadline made once outside it, or a short duration.
+// silent while any timer is pending. For a timeout inside a loop, use a
+// Timer (below), which can be stopped and reset.
 Chan<absl::Time> After(absl::Duration d);
+
+// A one-shot timer that can be stopped (Go's time.Timer, with Go 1.23's
+// guarantees): C() receives the current time once, at least `d` after the
+// Timer was made or last Reset, unless Stop or Reset comes first. Once Stop
+// or Reset has returned, no time from before it can be received from C(). A
+// stopped timer leaves the timer heap at once, so a timeout in a loop costs
+// nothing after the loop moves on:
+//
+//   goro::Timer timeout(absl::Seconds(1));
+//   for (;;) {
+//     std::optional<Msg> m;
+//     std::optional<absl::Time> t;
+//     if (goro::Select(goro::OnRecv(in, &m), goro::OnRecv(timeout.C(), &t)) == 1) break;
+//     Handle(*m);
+//     timeout.Reset(absl::Seconds(1));
+//   }
+//
+// Stop and Reset may be called from any goroutine or thread, concurrently;
+// the destructor stops the timer. C() may outlive the Timer (it then never
+// receives). Starts the runtime, with the defaults, if it has not started.
+class Timer {
+ public:
+  explicit Timer(absl::Duration d);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // The channel the time is sent on (buffer of one).
+  Chan<absl::Time>& C() { return ch_; }
+
+  // Stops the timer. Returns true if that kept a time from being received:
+  // the timer had not fired, or its time was still in C()'s buffer (it is
+  // dropped). False if it had been received, or the timer was stopped.
+  bool Stop();
+  // Stops the timer and starts it again, to fire `d` from now (at once if
+  // `d` <= 0). Returns what Stop would have.
+  bool Reset(absl::Duration d);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;  // pinned: the timer heap points into it
+  Chan<absl::Time> ch_;
+};
 
 }  // namespace goro
 
