@@ -357,6 +357,78 @@ TEST(SyscallTest, TimerBesideAnUnmarkedCallOnOneProcFiresOnTime) {
   EXPECT_CHILD_OK(TimerBesideBlockedCallChild(false));
 }
 
+// A goroutine whose P sysmon took while it blocked in an unmarked read, and
+// whose first goro calls after it are made from a dl_iterate_phdr callback:
+// goro's wrapper of dl_iterate_phdr raises preempt_off without checking the
+// P (it must work in signal handlers), so the runtime entries inside must
+// check it themselves. Fails without that (a reviewer's reproducer crashed
+// in 4 of 6 runs, and once overflowed a run queue): the spawns in the
+// callback use the P that another M now runs goroutines on.
+[[noreturn]] void GoroCallsInADlIteratePhdrCallbackAfterARevokedReadChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "goro calls in a dl_iterate_phdr callback after a revoked read");
+  static int fds[2];
+  static std::atomic<bool> other_running{false};
+  static std::atomic<bool> stop{false};
+  static std::atomic<int> ran{0};
+  static goro::WaitGroup* spawned_wg = nullptr;
+  constexpr int kWalks = 200, kPerCallback = 20;
+  CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+  std::thread writer([] {
+    goro_test::Eventually([] { return other_running.load(); }, absl::Seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // sysmon revokes the reader's P meanwhile
+    char c = 'x';
+    CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
+  });
+  static int callbacks = 0;
+  goro::Run(
+      [] {
+        goro::WaitGroup wg, spawned;
+        spawned_wg = &spawned;
+        wg.Add(1);
+        goro::Go([&wg] {  // runs on the reader's P once sysmon takes it
+          other_running = true;
+          while (!stop.load()) {
+            goro::Go([] {});
+            goro::Yield();
+          }
+          wg.Done();
+        });
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+        char c;
+        ssize_t r = read(fds[0], &c, 1);  // deliberately unmarked
+        for (int k = 0; k < kWalks; ++k) {
+          dl_iterate_phdr(
+              [](dl_phdr_info*, size_t, void*) {
+                ++callbacks;
+                spawned_wg->Add(kPerCallback);
+                for (int i = 0; i < kPerCallback; ++i) {
+                  goro::Go([] {
+                    ran.fetch_add(1);
+                    spawned_wg->Done();
+                  });
+                }
+                return 0;
+              },
+              nullptr);
+        }
+        spawned.Wait();
+        // Only now: GetStats checks the P, and would get one before the walks.
+        CHILD_CHECK(r == 1, "read: %s", strerror(errno));
+        CHILD_CHECK(goro::GetStats().handoffs > handoffs0, "the P was not revoked during the read");
+        stop = true;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(10)));
+  writer.join();
+  CHILD_CHECK(ran.load() == callbacks * kPerCallback, "%d of %d goroutines spawned in callbacks ran", ran.load(),
+              callbacks * kPerCallback);
+  ExitChild();
+}
+
+TEST(SyscallTest, GoroCallsInADlIteratePhdrCallbackAfterARevokedReadGetAPFirst) {
+  EXPECT_CHILD_OK(GoroCallsInADlIteratePhdrCallbackAfterARevokedReadChild());
+}
+
 // The median of `ms`, after printing them all under `what`.
 double PrintAndMedian(const char* what, const std::vector<double>& ms) {
   std::string all;
