@@ -184,9 +184,12 @@ struct M {
   bool (*park_commit)(G*, void*) = nullptr;
   void* park_arg = nullptr;
   uint64_t rand_state = 0;
-  // A preemption signal is in flight: set by sysmon before tgkill, cleared by
-  // the handler. At most one per M.
-  std::atomic<bool> signal_pending{false};
+  // The preemption signal in flight to this M, at most one: a PreemptSignal
+  // word (below). Sysmon begins one before it decides to send (kSending),
+  // marks it kSent once tgkill has returned, and the handler acknowledges it
+  // (kIdle).
+  std::atomic<uint32_t> signal_state{0};
+  int64_t signal_sent_at = 0;  // sysmon's: when it last sent one
   // Between saving one context and restoring the next: never inject then.
   std::atomic<bool> in_switch{false};
   // LockOSThread: the goroutine wired to this M, and one handed to it to run.
@@ -610,6 +613,24 @@ void MInitSignals(M* m);  // on a new M's thread: sigaltstack
 extern sigset_t m_sigmask;
 extern uint64_t m_sigmask_bits;
 void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption off
+
+// M::signal_state: a generation, bumped by each signal begun, times four,
+// plus the state.
+namespace preempt_signal {
+inline constexpr uint32_t kIdle = 0;
+inline constexpr uint32_t kSending = 1;  // sysmon decided; perhaps not yet sent
+inline constexpr uint32_t kSent = 2;     // tgkill returned: queued on the thread, or merged
+inline uint32_t State(uint32_t word) { return word & 3; }
+inline uint32_t With(uint32_t word, uint32_t state) { return (word & ~3u) | state; }
+}  // namespace preempt_signal
+
+// On m's own thread, with the preemption signal unblocked: if a signal of
+// goro's is marked sent but was never acknowledged, it is gone - merged into
+// another of the same number that was pending on the thread (standard
+// signals do not queue), and delivered as that one before sysmon marked it
+// sent. Any system call delivers a pending unblocked signal on its way out,
+// so one is made, and a signal still marked sent afterwards is forgotten.
+void ForgetLostPreemptSignal(M* m);
 
 inline void EnsurePAfterEntry(G* g) {
   M* m = CurrentM();

@@ -35,35 +35,44 @@ namespace {
 // goroutine blocked it itself, or it runs inside a signal handler of the
 // program's. Then the handler cannot run until the thread unblocks it, and
 // waiting would spin for ever; nor can the signal land in the call. It stays
-// pending with signal_pending set, so sysmon sends no other, and when the
-// thread unblocks it the handler takes it as usual. (Go leaves such a signal
+// pending, marked sent (one sysmon sends again after 10 ms merges with it),
+// and when the thread unblocks it the handler takes it as usual. (Go leaves such a signal
 // pending too; its signalPending stays set until the handler runs.) It is
 // not consumed here with sigtimedwait: sysmon may not have sent it yet, and
 // the one pending may be the program's own SIGURG. The one hole: a call that
 // unblocks the signal itself (ppoll, pselect, epoll_pwait or sigsuspend with
 // such a mask) may see EINTR.
 //
-// The handler acknowledges any delivery, so the wait ends unless the signal
-// never reaches it: the program installed a handler of its own for the
-// signal after the runtime started. That is one clear fatal line, not a hang.
+// A signal marked sent that the handler never acknowledged was lost, merged
+// into one of the program's (ForgetLostPreemptSignal): forgotten after a
+// short wait. So was one that went to a handler the program installed for
+// the signal after the runtime started: that is one clear fatal line.
 void WaitOutPreemptSignal(M* m) {
+  namespace ps = preempt_signal;
   sigset_t mask;
   if (pthread_sigmask(SIG_BLOCK, nullptr, &mask) == 0 && sigismember(&mask, sched.preempt_signal) == 1) return;
-  int64_t check_at = Nanotime() + 10 * 1000 * 1000;
-  while (m->signal_pending.load(std::memory_order_seq_cst)) {
+  const int64_t forget_at = Nanotime() + 50 * 1000;  // a signal sent arrives well within this
+  while (ps::State(m->signal_state.load(std::memory_order_seq_cst)) != ps::kIdle) {
     arch::CpuRelax();
-    if (Nanotime() < check_at) continue;
-    if (!PreemptHandlerInstalled()) {
-      FatalG(absl::StrCat("the handler of signal ", sched.preempt_signal,
-                          " (goro's preemption signal, Options::preempt_signal) was replaced after the runtime "
-                          "started; choose another signal for one of the two, or set "
-                          "Options::async_preemption = false"));
-    }
-    check_at = Nanotime() + 10 * 1000 * 1000;
+    if (Nanotime() >= forget_at) ForgetLostPreemptSignal(m);
   }
 }
 
 }  // namespace
+
+void ForgetLostPreemptSignal(M* m) {
+  namespace ps = preempt_signal;
+  uint32_t v = m->signal_state.load(std::memory_order_seq_cst);
+  if (ps::State(v) != ps::kSent) return;
+  // A system call (this one): a pending signal is delivered on its way out.
+  if (!PreemptHandlerInstalled()) {
+    FatalG(absl::StrCat("the handler of signal ", sched.preempt_signal,
+                        " (goro's preemption signal, Options::preempt_signal) was replaced after the runtime "
+                        "started; choose another signal for one of the two, or set "
+                        "Options::async_preemption = false"));
+  }
+  m->signal_state.compare_exchange_strong(v, ps::With(v, ps::kIdle), std::memory_order_seq_cst);
+}
 
 void EnterSyscall() {
   G* g = CurrentGoroutine();
@@ -86,7 +95,9 @@ void EnterSyscall() {
   p->syscall_owner.store(m, std::memory_order_seq_cst);
   // A preemption signal sysmon decided to send before it saw kSyscall must
   // arrive now, not during the call (see PreemptOne).
-  if (m->signal_pending.load(std::memory_order_seq_cst)) WaitOutPreemptSignal(m);
+  if (preempt_signal::State(m->signal_state.load(std::memory_order_seq_cst)) != preempt_signal::kIdle) {
+    WaitOutPreemptSignal(m);
+  }
   // Work is waiting for this P: make sure sysmon looks soon.
   if (!p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0) WakeSysmon();
 }

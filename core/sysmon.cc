@@ -159,15 +159,46 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
 }
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
-// Sends the preemption signal to m, whose signal_pending the caller has set;
-// clears it again if the signal could not be sent (one in flight per M).
+// The preemption signal, one in flight per M (M::signal_state). Sysmon
+// begins one (kSending) before its last checks, and either ends it (kIdle)
+// or sends it and marks it sent (kSent); the handler acknowledges it (kIdle)
+// at any point after the send. A signal marked sent and never acknowledged
+// for this long was lost (merged into a SIGURG of the program's that was
+// pending on the thread, and delivered as that one before sysmon marked it
+// sent): it may be begun again.
+constexpr int64_t kLostPreemptSignalNs = 10 * 1000 * 1000;
+
 pid_t process_id = 0;  // getpid() is a system call: asked once, by SysmonMain
 
-void SendPreemptSignal(M* m) {
+// Begins a signal to m unless one is in flight; on success *word is the
+// state word to pass to EndPreemptSignal or SendPreemptSignal.
+bool BeginPreemptSignal(M* m, int64_t now, uint32_t* word) {
+  namespace ps = preempt_signal;
+  uint32_t v = m->signal_state.load(std::memory_order_seq_cst);
+  if (ps::State(v) == ps::kSending) return false;
+  if (ps::State(v) == ps::kSent && now - m->signal_sent_at < kLostPreemptSignalNs) return false;
+  uint32_t next = ps::With(v + 4, ps::kSending);  // a new generation
+  if (!m->signal_state.compare_exchange_strong(v, next, std::memory_order_seq_cst)) return false;
+  *word = next;
+  return true;
+}
+
+// Ends a signal begun and not sent (the handler may have ended it already:
+// a tgkill of the program's from this process looks like ours).
+void EndPreemptSignal(M* m, uint32_t word) {
+  m->signal_state.compare_exchange_strong(word, preempt_signal::With(word, preempt_signal::kIdle),
+                                          std::memory_order_seq_cst);
+}
+
+void SendPreemptSignal(M* m, uint32_t word) {
   if (::syscall(SYS_tgkill, process_id, m->tid, sched.preempt_signal) == 0) {
     sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
+    m->signal_sent_at = Nanotime();
+    // Fails if the handler has acknowledged it already.
+    m->signal_state.compare_exchange_strong(word, preempt_signal::With(word, preempt_signal::kSent),
+                                            std::memory_order_seq_cst);
   } else {
-    m->signal_pending.store(false, std::memory_order_relaxed);
+    EndPreemptSignal(m, word);
   }
 }
 
@@ -422,17 +453,17 @@ void SysmonLoop() {
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
-        if (!r.m->signal_pending.exchange(true, std::memory_order_seq_cst)) {
+        if (uint32_t word; BeginPreemptSignal(r.m, now, &word)) {
           // As in PreemptOne: the goroutine may have entered the runtime
           // since (ReacquireP clears `revoked`) and be on its way into a
-          // marked region, which waits out signal_pending. We publish
-          // signal_pending, then look at `revoked`; it clears `revoked`
-          // before EnterSyscall looks at signal_pending. One sees the other.
+          // marked region, which waits out the signal. We publish the
+          // signal, then look at `revoked`; it clears `revoked` before
+          // EnterSyscall looks at the signal. One sees the other.
           if (r.m->revoked.load(std::memory_order_seq_cst) &&
               __atomic_load_n(&r.m->curg, __ATOMIC_SEQ_CST) == r.g) {
-            SendPreemptSignal(r.m);
+            SendPreemptSignal(r.m, word);
           } else {
-            r.m->signal_pending.store(false, std::memory_order_release);
+            EndPreemptSignal(r.m, word);
           }
         }
       }
@@ -469,16 +500,17 @@ bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
   // running; Execute clears it, and the handler finds no request on the new one.)
   if (p->schedtick.load(std::memory_order_acquire) != tick) return false;
   g->stackguard0.store(kStackPreempt, std::memory_order_release);
-  if (sched.async_preemption && !m->signal_pending.exchange(true, std::memory_order_seq_cst)) {
+  uint32_t word;
+  if (sched.async_preemption && BeginPreemptSignal(m, Nanotime(), &word)) {
     // Never signal an M entering a blocking region: EnterSyscall publishes
-    // kSyscall and then waits out signal_pending; we publish signal_pending
-    // and then look at the status. One of us sees the other.
+    // kSyscall and then waits out the signal; we publish the signal and
+    // then look at the status. One of us sees the other.
     if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning ||
         !StillOnCpu(m, CpuReading{cpu_ns, cpu_wall})) {
-      m->signal_pending.store(false, std::memory_order_release);
+      EndPreemptSignal(m, word);
       return true;
     }
-    SendPreemptSignal(m);
+    SendPreemptSignal(m, word);
   }
   return true;
 }

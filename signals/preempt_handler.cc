@@ -8,14 +8,18 @@
 // (arch/preempt_*.S), which saves everything and parks it.
 //
 // It is safe to stop the goroutine only when all of these hold:
-//   - a signal of goro's is pending on this M (signal_pending). Standard
-//     signals do not queue: one sent while another of the same number is
-//     pending on the thread (a SIGURG the program queued to it, the
-//     kernel's for out-of-band data, another process's tgkill) merges with
-//     it, and the handler runs once with the first one's siginfo. So any
-//     delivery while ours is pending acknowledges ours; one that did not
-//     come from sysmon (tgkill from this process) is also passed to the
-//     previous handler, as is any delivery with none of ours pending;
+//   - a signal of goro's is in flight to this M (M::signal_state), and this
+//     delivery is it: sent by sysmon (tgkill from this process), or any
+//     other once ours is marked sent. Standard signals do not queue: one
+//     sent while another of the same number is pending on the thread (a
+//     SIGURG the program queued to it, the kernel's for out-of-band data,
+//     another process's tgkill) merges with it, and the handler runs once,
+//     with the first one's siginfo; and the kernel delivers a thread's own
+//     pending signals before the process's, so a SIGURG of someone else's
+//     delivered after ours was sent means ours merged into it. A delivery
+//     while ours is only about to be sent is not ours. Any delivery that did
+//     not come from sysmon also goes to the previous handler, as does one
+//     with none of ours in flight;
 //   - the M runs a goroutine (not g0) and is not halfway through a switch;
 //   - the goroutine is not in runtime code or a NoPreemptScope (preempt_off);
 //   - the preemption request is still pending (stackguard0 == kStackPreempt);
@@ -78,13 +82,21 @@ void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   int saved_errno = errno;
   M* m = CurrentM();
-  // Acknowledged here, whoever sent what arrived: left set, sysmon would
-  // never signal this M again, and its next marked region would wait for
-  // the acknowledgement for ever (WaitOutPreemptSignal).
-  const bool pending = m != nullptr && m->signal_pending.exchange(false, std::memory_order_acq_rel);
   const bool from_sysmon = info->si_code == SI_TKILL && info->si_pid == our_pid;
-  if (!pending || !from_sysmon) ForwardPreempt(sig, info, uctx_void);
-  if (!pending) {
+  bool ours = false;
+  if (m != nullptr) {
+    namespace ps = preempt_signal;
+    uint32_t v = m->signal_state.load(std::memory_order_acquire);
+    // Sysmon may mark it sent meanwhile (the CAS fails): look again.
+    while (from_sysmon ? ps::State(v) != ps::kIdle : ps::State(v) == ps::kSent) {
+      if (m->signal_state.compare_exchange_weak(v, ps::With(v, ps::kIdle), std::memory_order_acq_rel)) {
+        ours = true;
+        break;
+      }
+    }
+  }
+  if (!ours || !from_sysmon) ForwardPreempt(sig, info, uctx_void);
+  if (!ours) {
     errno = saved_errno;
     return;
   }

@@ -713,7 +713,7 @@ int Tgkill(int64_t tid, int sig) { return static_cast<int>(syscall(SYS_tgkill, g
 // loop in the executable, which look most like goro's own. Fails if goro's
 // handler swallows a SIGURG (count short), or lets one preempt (the loop's
 // goroutine or the stats count a preemption). Checked by hand: a handler that
-// takes every tgkill from this process for its own (no signal_pending test)
+// takes every tgkill from this process for its own (no signal_state test)
 // forwards none of the 100 sent to the loop's thread.
 [[noreturn]] void ForeignSigurgChild() {
   goro_test::Watchdog dog(absl::Seconds(25), "foreign SIGURG");

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <malloc.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -770,6 +771,116 @@ void OnAlrmLong(int) {
 
 TEST(RobustTest, NoPreemptionInsideASignalHandler) {
   EXPECT_EXIT(LongHandlerChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// A SIGURG of someone else's (queued to the goroutine's own thread, as
+// pthread_sigqueue or the kernel's for out-of-band data would be), delivered
+// while sysmon has begun a preemption signal but not yet sent it, is not
+// goro's. Taken for goro's, it ended the marked region's wait for goro's
+// signal, which then interrupted the call in the region: EINTR. The
+// goroutine keeps its P in a NoPreemptScope while it watches for sysmon to
+// begin a signal (M::signal_state), then queues the foreign one and makes a
+// marked poll. Fails without the "sent" state: a reviewer's reproducer saw
+// about 100 EINTRs in 280 tries.
+[[noreturn]] void ForeignSigurgBeforeGorosIsSentChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "a foreign SIGURG before goro's was sent");
+  static int seen = 0, eintr = 0;
+  goro::Options opts;
+  opts.max_procs = 1;
+  opts.time_slice = absl::Microseconds(200);
+  goro::Run(
+      [] {
+        std::atomic<bool> stop{false};
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {  // waits for the P, so that sysmon asks for it
+          while (!stop.load(std::memory_order_relaxed)) goro::Yield();
+          wg.Done();
+        });
+        for (int i = 0; i < 300 && seen < 100; ++i) {
+          goro::NoPreemptScope no_preempt;  // keeps the P; the handler does not inject
+          goro::internal::M* m = goro::internal::CurrentM();
+          bool begun = false;
+          auto start = Now();
+          while (!begun && Since(start) < absl::Milliseconds(20)) {
+            begun = goro::internal::preempt_signal::State(m->signal_state.load()) !=
+                    goro::internal::preempt_signal::kIdle;
+          }
+          if (!begun) continue;
+          ++seen;
+          siginfo_t si;
+          memset(&si, 0, sizeof si);
+          si.si_signo = SIGURG;
+          si.si_code = SI_QUEUE;
+          si.si_pid = getpid();
+          si.si_uid = getuid();
+          // Delivered (to the default action: ignored) before this returns.
+          syscall(SYS_rt_tgsigqueueinfo, getpid(), goro_test::ThreadId(), SIGURG, &si);
+          int err = goro::Syscall([] { return poll(nullptr, 0, 5) < 0 ? errno : 0; });
+          if (err == EINTR) ++eintr;
+        }
+        stop = true;
+        wg.Wait();
+      },
+      opts);
+  fprintf(stderr, "%d times goro's signal was in flight; %d marked polls saw EINTR\n", seen, eintr);
+  CHILD_CHECK(seen > 0, "sysmon never began a signal: the test proved nothing");
+  CHILD_CHECK(eintr == 0, "%d of %d marked polls saw EINTR", eintr, seen);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+// A preemption signal marked sent but never acknowledged (lost: merged into
+// someone else's SIGURG that was delivered before sysmon marked it sent; the
+// test marks one by hand). Sysmon must send again after a while, or a
+// call-free loop on that M is never preempted again; and a marked region
+// must not wait for it for ever. Fails without the first (the loop keeps the
+// other goroutine out until the 5 s guard) or the second (the watchdog).
+[[noreturn]] void LostPreemptSignalChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a lost preemption signal");
+  namespace ps = goro::internal::preempt_signal;
+  static double waited_s = -1;
+  goro::Options opts;
+  opts.max_procs = 1;
+  opts.time_slice = absl::Milliseconds(1);
+  auto mark_lost = [] {
+    goro::NoPreemptScope no_preempt;
+    goro::internal::M* m = goro::internal::CurrentM();
+    m->signal_state.store(ps::With(m->signal_state.load() + 4, ps::kSent));
+  };
+  goro::Run(
+      [&mark_lost] {
+        mark_lost();
+        std::atomic<bool> other_ran{false};
+        goro::Go([&other_ran] { other_ran = true; });
+        std::thread guard([&other_ran] {
+          auto start = Now();
+          while (!other_ran.load() && Since(start) < absl::Seconds(5)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          other_ran = true;
+        });
+        auto start = Now();
+        while (!other_ran.load(std::memory_order_relaxed)) {  // no call: only a signal stops it
+        }
+        waited_s = absl::ToDoubleSeconds(Since(start));
+        guard.join();
+        mark_lost();
+        goro::Syscall([] { return 0; });
+      },
+      opts);
+  fprintf(stderr, "the call-free loop kept the other goroutine out for %.3f s\n", waited_s);
+  CHILD_CHECK(waited_s < 4.0, "a lost preemption signal was never sent again (%.2f s)", waited_s);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, LostPreemptSignalIsSentAgainAndNotWaitedFor) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_EXIT(LostPreemptSignalChild(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(RobustTest, ForeignSigurgBeforeGorosIsSentIsNotTakenForIt) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_EXIT(ForeignSigurgBeforeGorosIsSentChild(), ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------

@@ -767,7 +767,7 @@ TEST(SyscallTest, DlIteratePhdrInAHandlerAfterARevokedCallDoesNotWaitForAP) {
 // sysmon tends to decide to preempt the goroutine just as it enters the
 // region. Fails if sysmon signals an M in a marked region, or if a signal it
 // had already decided to send lands after the region began (EnterSyscall
-// waits out signal_pending), or if it signals a P's previous M after a
+// waits out the signal in flight), or if it signals a P's previous M after a
 // hand-off.
 //
 // Unmarked calls: the goroutine spends almost no time in user code between
