@@ -246,6 +246,8 @@ void SysmonLoop() {
     M* m;
     G* g;
     PState cpu;
+    int64_t next_look = 0;  // back-off while its thread stays asleep
+    int64_t delay = kSysmonRecheckNs * 4;
   };
   std::vector<RevokedM> revoked_ms;
   const int64_t slice = sched.time_slice_ns;
@@ -450,7 +452,19 @@ void SysmonLoop() {
         revoked_ms.pop_back();
         continue;
       }
+      if (now < r.next_look) {
+        until_expiry = std::min(until_expiry, r.next_look - now);
+        ++k;
+        continue;
+      }
       Verdict v = SampleCpu(r.cpu, r.m, 0, now);
+      // Looked at every 200 us at first, then less often while its thread
+      // sleeps on in the kernel (a read that waits for good would otherwise
+      // wake sysmon 5000 times a second), but at least every max_sleep: as
+      // long as that, a goroutine back from its call may run without a P.
+      r.delay = v == Verdict::kBlocked ? std::min(r.delay * 2, std::max(max_sleep, kSysmonRecheckNs * 4))
+                                       : kSysmonRecheckNs * 4;
+      r.next_look = now + r.delay;
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
         if (uint32_t word; BeginPreemptSignal(r.m, now, &word)) {
@@ -467,7 +481,7 @@ void SysmonLoop() {
           }
         }
       }
-      until_expiry = std::min(until_expiry, kSysmonRecheckNs * 4);
+      until_expiry = std::min(until_expiry, r.delay);
       ++k;
     }
     // In observation mode, look again soon after a request, to time the
