@@ -145,7 +145,14 @@ __attribute__((tls_model("initial-exec"))) thread_local M* tls_m = nullptr;
 // in, FinishSwitchOnG0 clears it); read through CurrentGoroutine().
 __attribute__((tls_model("initial-exec"))) thread_local G* tls_g = nullptr;
 
-void CheckDeadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
+void CheckDeadLocked(bool report_now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu);
+
+// Asks sysmon for the deadlock check (CheckDeadlock) 100 ms from now: a
+// report needs the program to have stayed stuck that long.
+void AskSysmonToCheckForDeadlock() {
+  sched.deadlock_check_at.store(Nanotime() + 100 * 1000 * 1000, std::memory_order_release);
+  WakeSysmonToRetry();
+}
 
 // The stand-in G of a plain thread, counted awake from its first goro call
 // until the thread exits (see Sched::external_awake). The last awake thread
@@ -161,8 +168,7 @@ struct ExternalGDeleter {
   void operator()(G* g) const {
     if (sched.external_awake.fetch_sub(1) == 1 && ::syscall(SYS_gettid) != getpid() &&
         sched.started.load(std::memory_order_acquire)) {
-      sched.deadlock_check_at.store(Nanotime() + 100 * 1000 * 1000, std::memory_order_release);
-      WakeSysmonToRetry();
+      AskSysmonToCheckForDeadlock();
     }
     delete g;
   }
@@ -493,10 +499,13 @@ void StopM(M* m) {
 }
 
 // Called with sched.mu held when an M goes idle, when the last awake plain
-// thread parks, or by sysmon after the last one exited: if no M is left running, no goroutine can be run or woken,
-// no timer is pending and a thread waits in Run(), the program can never make
-// progress.
-void CheckDeadLocked() {
+// thread parks, or by sysmon after the last one exited: if no M is left
+// running, no goroutine can be run or woken, no timer is pending and a thread
+// waits in Run(), the program can never make progress - unless a plain
+// thread goro has not seen yet is about to make its first goro call (one
+// just started to feed a goroutine, say). So the report is sysmon's, 100 ms
+// later, if all of this still holds then.
+void CheckDeadLocked(bool report_now) {
   if (sched.run_waiters == 0) return;
   if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone
   // Someone is running. Ms wired to a blocked goroutine are as idle as the
@@ -512,6 +521,10 @@ void CheckDeadLocked() {
   }
   if (EarliestTimer() != 0) return;
   if (sched.netpoll_waiters.load() > 0) return;  // I/O may yet wake someone
+  if (!report_now) {
+    AskSysmonToCheckForDeadlock();
+    return;
+  }
   FatalDumpAll("all goroutines are asleep - deadlock!");
 }
 
@@ -1066,7 +1079,7 @@ bool TryYieldDirect(M* m, G* g1) {
 
 void CheckDeadlock() {
   absl::MutexLock lock(&sched.mu);
-  CheckDeadLocked();
+  CheckDeadLocked(/*report_now=*/true);
 }
 
 void SwitchToG0(M* m, G* g, SwitchRequest req) {

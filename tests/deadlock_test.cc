@@ -292,6 +292,28 @@ TEST(DeadlockTest, RunWaitingOnAPlainThreadBlockedInRecvIsNotADeadlock) {
   EXPECT_EXIT(WaitOnServerThreadChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// ... nor one waiting for a plain thread that makes its first goro call
+// only after every goroutine has blocked, if it comes soon: a thread just
+// started to feed a goroutine cannot have called goro yet. The report waits
+// 100 ms for such a call. Fails (the report) if it is made at once.
+[[noreturn]] void WaitOnAThreadNotYetSeenChild() {
+  goro_test::Watchdog dog(absl::Seconds(30));
+  goro_test::StartRuntime();
+  goro::Chan<int> c;
+  std::thread feeder([c]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // no goro call yet
+    c.Send(7);
+  });
+  int got = 0;
+  goro::Run([&] { got = c.Recv().value_or(-1); }, goro_test::TestOptions());
+  feeder.join();
+  _exit(got == 7 ? 0 : 1);
+}
+
+TEST(DeadlockTest, RunWaitingOnAPlainThreadNotYetSeenIsNotADeadlockIfItComesSoon) {
+  EXPECT_EXIT(WaitOnAThreadNotYetSeenChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // ... nor one waiting for a plain thread whose only goro call so far did not
 // block: a send with room in the buffer, or a Lock or TryLock of a free
 // Mutex. Such a call is the thread's first, and counts it from then on.

@@ -52,9 +52,10 @@ struct Options {
 // caller until `fn` returns. May be called from any thread, including from a
 // goroutine (then only the calling goroutine blocks), and more than once. An
 // empty `fn` is a fatal error ("go of nil func value").
-// While a thread waits here and every goroutine is blocked with nothing that
-// could wake one, the process ends with
-// "fatal error: all goroutines are asleep - deadlock!".
+// While a thread waits here and every goroutine has been blocked for 100 ms
+// with nothing that could wake one, the process ends with
+// "fatal error: all goroutines are asleep - deadlock!". A plain thread counts
+// as something that could from its first goro call (docs/scheduler.md).
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
 namespace internal {
