@@ -184,8 +184,8 @@ struct M {
   bool (*park_commit)(G*, void*) = nullptr;
   void* park_arg = nullptr;
   uint64_t rand_state = 0;
-  // The preemption signal in flight to this M, at most one: a PreemptSignal
-  // word (below). Sysmon begins one before it decides to send (kSending),
+  // The preemption signal in flight to this M, at most one: a word of
+  // namespace preempt_signal (below). Sysmon begins one before it decides to send (kSending),
   // marks it kSent once tgkill has returned, and the handler acknowledges it
   // (kIdle).
   std::atomic<uint32_t> signal_state{0};

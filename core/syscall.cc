@@ -36,8 +36,9 @@ namespace {
 // program's. Then the handler cannot run until the thread unblocks it, and
 // waiting would spin for ever; nor can the signal land in the call. It stays
 // pending, marked sent (one sysmon sends again after 10 ms merges with it),
-// and when the thread unblocks it the handler takes it as usual. (Go leaves such a signal
-// pending too; its signalPending stays set until the handler runs.) It is
+// and when the thread unblocks it the handler takes it as usual. (Go leaves
+// such a signal pending too; its signalPending stays set until the handler
+// runs.) It is
 // not consumed here with sigtimedwait: sysmon may not have sent it yet, and
 // the one pending may be the program's own SIGURG. The one hole: a call that
 // unblocks the signal itself (ppoll, pselect, epoll_pwait or sigsuspend with
