@@ -25,8 +25,11 @@ struct Range {
 
 constexpr int kMaxRanges = 64;
 
+// Constant-initialised (constinit): a dynamic initialiser would reset `n`
+// after a static constructor of the program had started the runtime and
+// registered the ranges.
 struct RangeTable {
-  Range ranges[kMaxRanges];
+  Range ranges[kMaxRanges] = {};
   std::atomic<int> n{0};
 
   bool Add(uintptr_t b, uintptr_t e) {
@@ -45,8 +48,8 @@ struct RangeTable {
   }
 };
 
-RangeTable preemptible;
-RangeTable excluded;
+constinit RangeTable preemptible;
+constinit RangeTable excluded;
 
 int AddMainExecutable(dl_phdr_info* info, size_t, void*) {
   // The first object is the main program (its name is empty).

@@ -136,7 +136,10 @@
 
 namespace goro::internal {
 
-Sched& sched = *new Sched();
+namespace {
+GORO_EARLY_INIT EarlyGlobal<Sched> sched_storage;
+}  // namespace
+constinit Sched& sched = sched_storage.value;
 
 namespace {
 

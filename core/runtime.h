@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +29,29 @@ namespace goro::internal {
 struct M;
 struct P;
 struct Timer;
+
+// Storage for a runtime global that the program's own static initialisers may
+// reach (goro may be used from a static constructor; docs/robustness.md) and
+// that is never destroyed (Ms and sysmon run past static destructors).
+//
+// Define it with GORO_EARLY_INIT, and name the object through a reference
+// bound to `value`: binding it is constant initialisation (an address), so
+// the reference is valid before any code runs:
+//
+//   GORO_EARLY_INIT EarlyGlobal<Sched> sched_storage;
+//   constinit Sched& sched = sched_storage.value;
+//
+// A dynamic initialiser of priority 101 constructs the object; the linker runs
+// those before every initialiser of default priority in the same linked image
+// (executable or shared library), whatever the link order. A global reached
+// this way must not need another one's constructor to have run.
+template <typename T>
+union EarlyGlobal {
+  EarlyGlobal() { ::new (static_cast<void*>(&value)) T(); }
+  ~EarlyGlobal() {}  // never destroys `value`
+  T value;
+};
+#define GORO_EARLY_INIT __attribute__((init_priority(101)))
 
 // Monotonic nanoseconds (CLOCK_MONOTONIC); the runtime's clock.
 int64_t Nanotime();
@@ -366,7 +390,8 @@ struct Sched {
 };
 
 // Never destroyed: Ms and sysmon run until the process ends, past static
-// destructors.
+// destructors. Constructed before the program's own static initialisers run
+// (an EarlyGlobal).
 extern Sched& sched;
 
 // The M of the calling thread, or nullptr on a plain thread.

@@ -59,7 +59,8 @@ struct StackPool {
   size_t low_water ABSL_GUARDED_BY(mu) = 0;
 };
 
-StackPool& pool = *new StackPool();  // never destroyed, like sched
+GORO_EARLY_INIT EarlyGlobal<StackPool> pool_storage;  // never destroyed, like sched
+constinit StackPool& pool = pool_storage.value;
 size_t stack_size = 0;  // usable bytes, a multiple of the page size
 size_t page_size = 4096;
 std::atomic<bool> guard_by_madvise{true};

@@ -138,7 +138,8 @@ struct State {
   std::thread writer;
 };
 
-State& st = *new State();
+GORO_EARLY_INIT EarlyGlobal<State> st_storage;
+constinit State& st = st_storage.value;
 
 inline uint64_t Stamp() {
   return st.use_tsc ? arch::ReadTsc() : static_cast<uint64_t>(Nanotime());
