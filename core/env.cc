@@ -40,6 +40,7 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
     }
   }
   if (debug == nullptr) return s;
+  // As in Go's GODEBUG, a key given more than once takes its last good value.
   for (absl::string_view item : absl::StrSplit(debug, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     absl::string_view key = kv.first, value = kv.second;
@@ -47,12 +48,16 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       Warn(absl::StrCat("ignoring GORODEBUG ", key, "=\"", value, "\": want ", want,
                         "; using the default"));
     };
-    if (key == "asyncpreemptoff") {
-      if (value == "1") {
-        s.async_preempt_off = true;
-      } else if (value != "0") {
+    // A 0-or-1 key: sets *flag to the value, or warns.
+    auto boolean = [&](bool* flag) {
+      if (value == "0" || value == "1") {
+        *flag = value == "1";
+      } else {
         bad("0 or 1");
       }
+    };
+    if (key == "asyncpreemptoff") {
+      boolean(&s.async_preempt_off);
     } else if (key == "timeslice") {
       absl::Duration d;
       if (absl::ParseDuration(value, &d) && d >= kMinTimeSlice && d <= absl::Seconds(10)) {
@@ -68,17 +73,9 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
         bad(absl::StrCat("a number of milliseconds from 0 to ", kMaxSchedtraceMs, " (a day)"));
       }
     } else if (key == "sigquitdump") {
-      if (value == "0") {
-        s.sigquit_dump = false;
-      } else if (value != "1") {
-        bad("0 or 1");
-      }
+      boolean(&s.sigquit_dump);
     } else if (key == "scheddetail") {
-      if (value == "1") {
-        s.scheddetail = true;
-      } else if (value != "0") {
-        bad("0 or 1");
-      }
+      boolean(&s.scheddetail);
     } else {
       Warn(absl::StrCat("ignoring unknown GORODEBUG key \"", key,
                         "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail, sigquitdump)"));

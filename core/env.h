@@ -11,7 +11,8 @@
 //   GOROTRACE=path             an event trace of the whole run (read by
 //                              core/trace.cc, not here)
 //
-// A malformed value is reported on stderr in one line and ignored.
+// A key given more than once takes its last value (as in Go's GODEBUG). A
+// malformed value is reported on stderr in one line and ignored.
 //
 // goro::Options are checked here too (CheckOptions), against the same limits.
 #ifndef GORO_CORE_ENV_H_

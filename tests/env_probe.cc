@@ -3,7 +3,10 @@
 //   procs=N ran=1
 // Arguments: --max_procs=N sets Options::max_procs; --hold_ms=N keeps the
 // program alive N ms first, with one goroutine blocked in a channel receive
-// (for schedtrace to show). Anything the runtime says about the environment
+// (for schedtrace to show). It then prints what goro::GetOptions() says
+// the runtime ran with:
+//   procs=N ran=1 async=1 timeslice=10ms
+// Anything the runtime says about the environment
 // goes to stderr, which env_test checks.
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +46,9 @@ int main(int argc, char** argv) {
         ran = goro::GoroutineId() > 0 ? 1 : 0;
       },
       opts);
-  printf("procs=%d ran=%d\n", goro::GetStats().procs, ran);
+  goro::Options in_force = goro::GetOptions();
+  printf("procs=%d ran=%d async=%d timeslice=%s\n", goro::GetStats().procs, ran, in_force.async_preemption ? 1 : 0,
+         absl::FormatDuration(in_force.time_slice).c_str());
   fflush(stdout);
   return 0;
 }

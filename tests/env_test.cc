@@ -21,7 +21,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/env.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 extern char** environ;
 
@@ -32,6 +34,8 @@ struct ProbeResult {
   std::string out, err;
   int procs = -1;
   int ran = 0;
+  int async = -1;          // GetOptions().async_preemption
+  std::string time_slice;  // GetOptions().time_slice
   std::vector<std::string> err_lines;  // non-empty lines of stderr
 };
 
@@ -102,7 +106,9 @@ ProbeResult RunProbe(const std::map<std::string, std::string>& env,
   r.err = ReadFile(err_path);
   unlink(out_path);
   unlink(err_path);
-  sscanf(r.out.c_str(), "procs=%d ran=%d", &r.procs, &r.ran);
+  char time_slice[64] = "";
+  sscanf(r.out.c_str(), "procs=%d ran=%d async=%d timeslice=%63s", &r.procs, &r.ran, &r.async, time_slice);
+  r.time_slice = time_slice;
   for (absl::string_view line : absl::StrSplit(r.err, '\n', absl::SkipWhitespace())) {
     r.err_lines.emplace_back(line);
   }
@@ -190,6 +196,47 @@ TEST(EnvTest, GoodGorodebugSettingsAreQuiet) {
     EXPECT_EQ(r.ran, 1) << good << "\n" << Describe(r);
     EXPECT_TRUE(r.err.empty()) << good << "\n" << Describe(r);
   }
+}
+
+// As in Go's GODEBUG, a key given twice takes the last value: the 0/1 keys
+// once took only the value that changes the default, so
+// asyncpreemptoff=1,asyncpreemptoff=0 left async preemption off.
+TEST(EnvTest, RepeatedGorodebugKeyTakesTheLastValue) {
+  struct Case {
+    const char* gorodebug;
+    int async;
+    const char* time_slice;
+  };
+  for (const Case& c : {Case{"asyncpreemptoff=1,asyncpreemptoff=0", 1, "10ms"},
+                        Case{"asyncpreemptoff=0,asyncpreemptoff=1", 0, "10ms"},
+                        Case{"asyncpreemptoff=1,timeslice=2ms,asyncpreemptoff=0", 1, "2ms"},
+                        Case{"timeslice=1ms,timeslice=3ms", 1, "3ms"}}) {
+    ProbeResult r = RunProbe({{"GORODEBUG", c.gorodebug}});
+    EXPECT_EQ(r.exit_code, 0) << c.gorodebug << "\n" << Describe(r);
+    // Async preemption is always off under ThreadSanitizer (docs/sanitizers.md).
+    EXPECT_EQ(r.async, goro_test::kTsanBuild ? 0 : c.async) << c.gorodebug << "\n" << Describe(r);
+    EXPECT_EQ(r.time_slice, c.time_slice) << c.gorodebug << "\n" << Describe(r);
+    EXPECT_TRUE(r.err.empty()) << c.gorodebug << "\n" << Describe(r);
+  }
+}
+
+// The same for every key, on the parser itself (scheddetail and sigquitdump
+// show only in schedtrace's output and on SIGQUIT).
+TEST(EnvTest, ParserTakesTheLastValueOfEachKey) {
+  using goro::internal::EnvSettings;
+  using goro::internal::ParseEnvironment;
+  EXPECT_FALSE(ParseEnvironment(nullptr, "asyncpreemptoff=1,asyncpreemptoff=0").async_preempt_off);
+  EXPECT_TRUE(ParseEnvironment(nullptr, "asyncpreemptoff=0,asyncpreemptoff=1").async_preempt_off);
+  EXPECT_FALSE(ParseEnvironment(nullptr, "scheddetail=1,scheddetail=0").scheddetail);
+  EXPECT_TRUE(ParseEnvironment(nullptr, "scheddetail=0,scheddetail=1").scheddetail);
+  EXPECT_TRUE(ParseEnvironment(nullptr, "sigquitdump=0,sigquitdump=1").sigquit_dump);
+  EXPECT_FALSE(ParseEnvironment(nullptr, "sigquitdump=1,sigquitdump=0").sigquit_dump);
+  EXPECT_EQ(ParseEnvironment(nullptr, "schedtrace=10,schedtrace=0").schedtrace_ms, 0);
+  EXPECT_EQ(ParseEnvironment(nullptr, "timeslice=1ms,timeslice=2ms").time_slice, absl::Milliseconds(2));
+  EnvSettings defaults = ParseEnvironment(nullptr, "");
+  EXPECT_FALSE(defaults.async_preempt_off);
+  EXPECT_FALSE(defaults.scheddetail);
+  EXPECT_TRUE(defaults.sigquit_dump);
 }
 
 // schedtrace=MS prints Go's line every MS ms, also while every P is idle
