@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <string.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -40,18 +42,34 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
     }
   }
   if (debug == nullptr) return s;
-  // As in Go's GODEBUG, a key given more than once takes its last good value.
+  // As in Go's GODEBUG, a key given more than once takes its last good value;
+  // a bad one is ignored. Warnings wait for the end of the list, so that each
+  // says which value of its key is used in the end.
+  std::vector<std::pair<absl::string_view, absl::string_view>> used;  // key, last good value
+  struct Warning {
+    std::string text;
+    absl::string_view key;  // empty: no "; using ..." tail
+  };
+  std::vector<Warning> warnings;
   for (absl::string_view item : absl::StrSplit(debug, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     absl::string_view key = kv.first, value = kv.second;
+    auto good = [&] {
+      auto it = std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == key; });
+      if (it != used.end()) {
+        it->second = value;
+      } else {
+        used.emplace_back(key, value);
+      }
+    };
     auto bad = [&](absl::string_view want) {
-      Warn(absl::StrCat("ignoring GORODEBUG ", key, "=\"", value, "\": want ", want,
-                        "; using the default"));
+      warnings.push_back({absl::StrCat("ignoring GORODEBUG ", key, "=\"", value, "\": want ", want), key});
     };
     // A 0-or-1 key: sets *flag to the value, or warns.
     auto boolean = [&](bool* flag) {
       if (value == "0" || value == "1") {
         *flag = value == "1";
+        good();
       } else {
         bad("0 or 1");
       }
@@ -62,6 +80,7 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       absl::Duration d;
       if (absl::ParseDuration(value, &d) && d >= kMinTimeSlice && d <= absl::Seconds(10)) {
         s.time_slice = d;
+        good();
       } else {
         bad("a duration from 50us to 10s, such as 10ms or 200us");
       }
@@ -69,6 +88,7 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
       int64_t ms = 0;
       if (absl::SimpleAtoi(value, &ms) && ms >= 0 && ms <= kMaxSchedtraceMs) {
         s.schedtrace_ms = ms;
+        good();
       } else {
         bad(absl::StrCat("a number of milliseconds from 0 to ", kMaxSchedtraceMs, " (a day)"));
       }
@@ -77,9 +97,19 @@ EnvSettings ParseEnvironment(const char* maxprocs, const char* debug) {
     } else if (key == "scheddetail") {
       boolean(&s.scheddetail);
     } else {
-      Warn(absl::StrCat("ignoring unknown GORODEBUG key \"", key,
-                        "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail, sigquitdump)"));
+      warnings.push_back({absl::StrCat("ignoring unknown GORODEBUG key \"", key,
+                                       "\" (known: asyncpreemptoff, timeslice, schedtrace, scheddetail, sigquitdump)"),
+                          absl::string_view()});
     }
+  }
+  for (const Warning& w : warnings) {
+    if (w.key.empty()) {
+      Warn(w.text);
+      continue;
+    }
+    auto it = std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == w.key; });
+    Warn(absl::StrCat(w.text, "; using ",
+                      it != used.end() ? absl::StrCat(w.key, "=", it->second) : std::string("the default")));
   }
   return s;
 }

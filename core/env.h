@@ -11,8 +11,9 @@
 //   GOROTRACE=path             an event trace of the whole run (read by
 //                              core/trace.cc, not here)
 //
-// A key given more than once takes its last value (as in Go's GODEBUG). A
-// malformed value is reported on stderr in one line and ignored.
+// A key given more than once takes its last good value (as in Go's GODEBUG).
+// A malformed value is reported on stderr in one line, naming the value used
+// instead (the key's last good one, else the default), and ignored.
 //
 // goro::Options are checked here too (CheckOptions), against the same limits.
 #ifndef GORO_CORE_ENV_H_

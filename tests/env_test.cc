@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/env.h"
@@ -217,6 +218,33 @@ TEST(EnvTest, RepeatedGorodebugKeyTakesTheLastValue) {
     EXPECT_EQ(r.async, goro_test::kTsanBuild ? 0 : c.async) << c.gorodebug << "\n" << Describe(r);
     EXPECT_EQ(r.time_slice, c.time_slice) << c.gorodebug << "\n" << Describe(r);
     EXPECT_TRUE(r.err.empty()) << c.gorodebug << "\n" << Describe(r);
+  }
+}
+
+// A bad value's warning says what is used instead: the key's last good value
+// wherever it appears, else the default. It once said "using the default"
+// while an earlier good value stayed in force.
+TEST(EnvTest, BadRepeatedValueNamesTheValueInForce) {
+  struct Case {
+    const char* gorodebug;
+    const char* bad;
+    const char* used;
+    int async;
+    const char* time_slice;
+  };
+  for (const Case& c : {Case{"timeslice=1ms,timeslice=bad", "bad", "using timeslice=1ms", 1, "1ms"},
+                        Case{"timeslice=bad,timeslice=2ms", "bad", "using timeslice=2ms", 1, "2ms"},
+                        Case{"asyncpreemptoff=1,asyncpreemptoff=2", "2", "using asyncpreemptoff=1", 0, "10ms"},
+                        Case{"timeslice=3ms,timeslice=bad,timeslice=1ms", "bad", "using timeslice=1ms", 1, "1ms"},
+                        Case{"timeslice=bad", "bad", "using the default", 1, "10ms"}}) {
+    ProbeResult r = RunProbe({{"GORODEBUG", c.gorodebug}});
+    EXPECT_EQ(r.exit_code, 0) << c.gorodebug << "\n" << Describe(r);
+    EXPECT_EQ(r.async, goro_test::kTsanBuild ? 0 : c.async) << c.gorodebug << "\n" << Describe(r);
+    EXPECT_EQ(r.time_slice, c.time_slice) << c.gorodebug << "\n" << Describe(r);
+    ASSERT_EQ(r.err_lines.size(), 1u) << c.gorodebug << "\n" << Describe(r);
+    EXPECT_TRUE(absl::StrContains(r.err_lines[0], absl::StrCat("=\"", c.bad, "\"")))
+        << c.gorodebug << "\n" << Describe(r);
+    EXPECT_TRUE(absl::EndsWith(r.err_lines[0], c.used)) << c.gorodebug << "\n" << Describe(r);
   }
 }
 
