@@ -385,7 +385,8 @@ TEST(FatalTest, GoOfANilFunctionNamesTheCaller) {
 }
 
 // Every way an empty callable reaches Go or Run: the AnyInvocable overload
-// (also from nullptr), the inline-closure template, and Run itself.
+// (also from nullptr), the inline-closure template, and Run itself (also with
+// an empty std::function, which Run's template checks).
 TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
   EXPECT_DEATH(RunInChild([] {
                  absl::AnyInvocable<void() &&> empty;
@@ -405,6 +406,20 @@ TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
                }),
                GOROUTINE_LINE("go of nil func value"));
   EXPECT_DEATH(RunInChild([] { goro::Run(nullptr); }), GOROUTINE_LINE("go of nil func value"));
+  // An empty std::function made a non-empty AnyInvocable, and Run ended in
+  // "uncaught exception: bad_function_call" in the new goroutine.
+  EXPECT_DEATH(RunInChild([] {
+                 std::function<void()> empty;
+                 goro::Run(empty);
+               }),
+               GOROUTINE_LINE("go of nil func value"));
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");
+        std::function<void()> empty;
+        goro::Run(std::move(empty), goro_test::TestOptions());
+      },
+      "thread [0-9]+ \\(not a goroutine\\): go of nil func value");
   EXPECT_DEATH(
       {
         goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");

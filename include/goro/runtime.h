@@ -97,6 +97,19 @@ inline constexpr bool kMayBeNil = std::is_pointer_v<F> || (!std::is_empty_v<F> &
 [[noreturn]] void FatalGoOfNilFunc();
 }  // namespace internal
 
+// Run of a callable that may be empty (a function pointer, a std::function):
+// checked here, because an AnyInvocable made from an empty std::function is
+// not empty, and calling it would throw std::bad_function_call in the
+// goroutine instead of the fatal error promised above.
+template <typename F>
+  requires(!std::is_same_v<std::decay_t<F>, absl::AnyInvocable<void() &&>> &&
+           std::is_invocable_v<std::decay_t<F>> && internal::kMayBeNil<std::decay_t<F>>)
+void Run(F&& fn, const Options& opts = {}) {
+  std::decay_t<F> f(std::forward<F>(fn));
+  if (f == nullptr) internal::FatalGoOfNilFunc();
+  Run(absl::AnyInvocable<void() &&>(std::move(f)), opts);
+}
+
 // Starts `fn` as a new goroutine and returns at once. Callable from a goroutine
 // or from any thread; starts the runtime with default Options if needed.
 // An exception escaping `fn` is a fatal error naming the goroutine; an empty
