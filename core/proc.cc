@@ -1239,17 +1239,19 @@ RuntimeScope::RuntimeScope() {
   }
   g_->preempt_off.store(n + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (n != 0 && g_->syscall_depth != 0) {
-    // Inside a marked region the P may be handed to another M at any time:
-    // runtime code run here would use it from two threads.
-    FatalG("goro call inside a marked blocking region (goro::Syscall or SyscallScope); end the region first");
-  }
+  if (n != 0 && g_->syscall_depth != 0) FatalGoroCallInMarkedRegion();
   // Nested too: what raised preempt_off first may not have checked the P.
   // dl_iterate_phdr's wrapper does not (core/preempt.cc), and a goroutine
   // whose P sysmon took during an unmarked call may call back into goro from
   // its callback. Inside a RuntimeScope the check is a few loads: the P
   // cannot be taken while preempt_off is raised.
   EnsurePAfterEntry(g_);
+}
+
+void FatalGoroCallInMarkedRegion() {
+  // Inside a marked region the P may be handed to another M at any time:
+  // runtime code run here would use it from two threads.
+  FatalG("goro call inside a marked blocking region (goro::Syscall or SyscallScope); end the region first");
 }
 
 void ReacquireP(M* m, G* g) {

@@ -433,11 +433,21 @@ inline G* CurrentGoroutine() {
 G* CurrentG();
 // Counts a plain thread as awake from its first goro call to its exit (see
 // Sched::external_awake), so that a goroutine waiting for it is not taken for
-// deadlocked. Every public entry calls it before it acts, or takes a
-// RuntimeScope, which does.
+// deadlocked. On a goroutine inside a marked blocking region (goro::Syscall,
+// SyscallScope) it is RuntimeScope's fatal error, so that a fast path with no
+// RuntimeScope (an uncontended Mutex) is not misused silently until the day
+// it is contended. Every public entry calls it before it acts, or takes a
+// RuntimeScope, which does the same. On a goroutine: one TLS load and one
+// load of the goroutine's own field (only it writes syscall_depth).
 void NoteThreadSlow();
+[[noreturn]] void FatalGoroCallInMarkedRegion();
 inline void NoteThread() {
-  if (CurrentGoroutine() == nullptr && CurrentM() == nullptr) NoteThreadSlow();
+  G* g = CurrentGoroutine();
+  if (g == nullptr) {
+    if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
+  } else if (g->syscall_depth != 0) {
+    FatalGoroCallInMarkedRegion();
+  }
 }
 // True on a goroutine (not on g0, not on a plain thread).
 bool OnGoroutine();

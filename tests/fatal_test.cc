@@ -185,6 +185,32 @@ TEST(FatalTest, GoroCallInsideAMarkedRegion) {
                GOROUTINE_LINE("goro call inside a marked blocking region"));
 }
 
+// The same for a Mutex whose fast path takes no RuntimeScope: uncontended, it
+// once passed silently, so the misuse showed only under load. Each of Lock,
+// TryLock and Unlock, in a goro::Syscall and in a SyscallScope.
+TEST(FatalTest, UncontendedMutexInsideAMarkedRegion) {
+  static goro::Mutex mu;  // never locked by anyone else
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Syscall([] { mu.Lock(); });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("goro call inside a marked blocking region"));
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Syscall([] { return mu.TryLock(); });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("goro call inside a marked blocking region"));
+  EXPECT_DEATH(RunInChild([] {
+                 mu.Lock();
+                 {
+                   goro::SyscallScope region;
+                   mu.Unlock();
+                 }
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("goro call inside a marked blocking region"));
+}
+
 // A channel moves elements with its lock held: a move that throws there ends
 // the program as an uncaught exception even if the sender would catch it.
 // Fails (the watchdog's message) if the exception leaves Send: the lock stays
