@@ -6,6 +6,7 @@
 #ifndef GORO_BENCH_BENCH_COMMON_H_
 #define GORO_BENCH_BENCH_COMMON_H_
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -68,8 +69,9 @@ inline bool TakeBoolFlag(int* argc, char** argv, const std::string& name) {
 }
 
 // The number of Ps for this process: --procs=N, else $GOROMAXPROCS, else the
-// hardware concurrency. The result is always passed to the runtime explicitly
-// in Options::max_procs.
+// CPUs it may run on (its affinity mask, as the runtime and Go count them),
+// else the hardware concurrency. The result is always passed to the runtime
+// explicitly in Options::max_procs.
 inline int ChooseProcs(const std::string& flag_value, const char* prog) {
   int procs = 0;
   if (!flag_value.empty()) {
@@ -83,6 +85,9 @@ inline int ChooseProcs(const std::string& flag_value, const char* prog) {
       Die(absl::StrFormat("%s: bad GOROMAXPROCS=%s (want an integer >= 1)", prog, env));
     }
     return procs;
+  }
+  if (cpu_set_t set; sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    return CPU_COUNT(&set);
   }
   procs = static_cast<int>(std::thread::hardware_concurrency());
   return procs > 0 ? procs : 1;

@@ -5,7 +5,7 @@
 //
 // The runtime takes its Options only once, from the Run that starts it, so
 // one process measures one procs count: --procs=N (else $GOROMAXPROCS, else
-// the hardware concurrency). Each workload is registered only for the procs
+// the CPUs it may run on). Each workload is registered only for the procs
 // counts it is meant for (--all registers every workload); the name carries
 // the count, e.g. "spawn_complete/procs:2". bench/compare.sh runs the binary
 // once per procs value.

@@ -114,6 +114,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1475,6 +1476,31 @@ int64_t GoroutineRecordsInUse() {
   return gs_allocated.load(std::memory_order_relaxed) - free;
 }
 
+namespace {
+
+// The CPUs this process may run on: its affinity mask, as Go's default
+// GOMAXPROCS counts them, so that `taskset -c 0 prog` or a container's cpuset
+// gets as many Ps as it has CPUs (the hardware concurrency counts every online
+// CPU). The mask is read with a set large enough for the machine (EINVAL means
+// the kernel's is larger); if it cannot be read, the hardware concurrency.
+int UsableCpus() {
+  for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) break;
+    size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    int rc = sched_getaffinity(0, size, set);
+    int err = errno;
+    int n = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (n > 0) return n;
+    if (rc == 0 || err != EINVAL) break;
+  }
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
 void EnsureStarted(const Options& opts) {
   if (sched.started.load(std::memory_order_acquire)) return;
   static absl::Mutex start_mu(absl::kConstInit);
@@ -1487,10 +1513,8 @@ void EnsureStarted(const Options& opts) {
   sched.start_opts = opts;
   Options o = CheckOptions(opts);
   if (o.max_procs == 0) {
-    // Every CPU, up to the limit an explicit value has too.
-    o.max_procs = env.max_procs > 0 ? env.max_procs
-                                    : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u,
-                                                                  static_cast<unsigned>(kMaxProcsLimit)));
+    // Every CPU the process may run on, up to the limit an explicit value has too.
+    o.max_procs = env.max_procs > 0 ? env.max_procs : std::clamp(UsableCpus(), 1, kMaxProcsLimit);
   }
   if (env.time_slice.has_value()) o.time_slice = *env.time_slice;
   if (env.async_preempt_off) o.async_preemption = false;

@@ -26,7 +26,7 @@
 
 ABSL_FLAG(int, port, 7777, "TCP port on 127.0.0.1; 0 picks a free one and prints it");
 ABSL_FLAG(double, seconds, 0, "stop after this many seconds; 0 runs until killed");
-ABSL_FLAG(int, procs, 0, "number of Ps; 0 uses $GOROMAXPROCS or every CPU");
+ABSL_FLAG(int, procs, 0, "number of Ps; 0 uses $GOROMAXPROCS or every CPU it may run on");
 
 namespace {
 

@@ -3,11 +3,14 @@
 // default is used. Options are per process, so each case launches
 // goro_env_probe (env_probe.cc) with its own environment.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,9 +51,10 @@ std::string ReadFile(const std::string& path) {
 }
 
 // Runs goro_env_probe with the current environment minus GOROMAXPROCS and
-// GORODEBUG, plus `env`. Kills it after 30 s.
+// GORODEBUG, plus `env`, and with the CPU affinity `affinity` if not null
+// (as `taskset` would). Kills it after 30 s.
 ProbeResult RunProbe(const std::map<std::string, std::string>& env,
-                     const std::vector<std::string>& args = {}) {
+                     const std::vector<std::string>& args = {}, const cpu_set_t* affinity = nullptr) {
   ProbeResult r;
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -81,7 +85,21 @@ ProbeResult RunProbe(const std::map<std::string, std::string>& env,
   posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  int rc = 0;
+  auto spawn = [&] { rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()); };
+  if (affinity == nullptr) {
+    spawn();
+  } else {
+    // The child inherits the spawning thread's mask: spawn from a thread of
+    // its own, so that this one's is left alone.
+    std::thread([&] {
+      if (sched_setaffinity(0, sizeof(*affinity), affinity) != 0) {
+        rc = errno;
+        return;
+      }
+      spawn();
+    }).join();
+  }
   posix_spawn_file_actions_destroy(&actions);
   close(out_fd);
   close(err_fd);
@@ -145,6 +163,47 @@ TEST(EnvTest, GoromaxprocsIsUsed) {
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.procs, 3) << Describe(r);
   EXPECT_TRUE(r.err.empty()) << Describe(r);
+}
+
+// As Go's default GOMAXPROCS does, the default number of Ps counts the CPUs
+// the process may run on (its affinity mask), not every online CPU: under
+// `taskset -c 0` it is 1. It once used the hardware concurrency (2 there).
+TEST(EnvTest, DefaultProcsFollowTheCpuAffinity) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
+    GTEST_SKIP() << "sched_getaffinity: " << strerror(errno);
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  }
+  ASSERT_FALSE(cpus.empty());
+  EXPECT_EQ(DefaultProcs(), std::min<int>(cpus.size(), 1024)) << "with this process's mask";
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[0], &one);
+  bool can_set = false;
+  std::thread([&] { can_set = sched_setaffinity(0, sizeof(one), &one) == 0; }).join();
+  if (!can_set) GTEST_SKIP() << "cannot set a thread's CPU affinity here: " << strerror(errno);
+
+  ProbeResult r = RunProbe({}, {}, &one);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.procs, 1) << "on CPU " << cpus[0] << " alone\n" << Describe(r);
+  EXPECT_TRUE(r.err.empty()) << Describe(r);
+  // An explicit count still wins.
+  r = RunProbe({{"GOROMAXPROCS", "3"}}, {}, &one);
+  EXPECT_EQ(r.procs, 3) << Describe(r);
+  r = RunProbe({}, {"--max_procs=2"}, &one);
+  EXPECT_EQ(r.procs, 2) << Describe(r);
+  if (cpus.size() >= 3) {
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    CPU_SET(cpus[0], &two);
+    CPU_SET(cpus[2], &two);
+    r = RunProbe({}, {}, &two);
+    EXPECT_EQ(r.procs, 2) << "on CPUs " << cpus[0] << " and " << cpus[2] << "\n" << Describe(r);
+  }
 }
 
 TEST(EnvTest, ExplicitMaxProcsBeatsGoromaxprocs) {

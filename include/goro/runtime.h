@@ -26,7 +26,9 @@ namespace goro {
 // fatal error then, in one line naming the option and the value.
 struct Options {
   // Number of logical processors (Ps): how many goroutines run in parallel.
-  // 0 means $GOROMAXPROCS when set and valid, else the hardware concurrency.
+  // 0 means $GOROMAXPROCS when set and valid, else the number of CPUs the
+  // process may run on (its affinity mask, sched_getaffinity, as Go counts
+  // them: 1 under `taskset -c 0`), or the hardware concurrency if that fails.
   // At most 1024: a larger value is capped, a negative one taken as 0, each
   // with one line on stderr.
   int max_procs = 0;
