@@ -242,7 +242,7 @@ void BacktraceSignal(const G* g, void* uctx, Out out) {
   if (u.init_local2 == nullptr || uctx == nullptr) return;
   unw_cursor_t cur;
   if (u.init_local2(&cur, static_cast<unw_context_t*>(uctx), UNW_INIT_SIGNAL_FRAME) != 0) return;
-  uintptr_t lo = g != nullptr ? g->stack.lo - 64 * 4096 : 0;  // a fault may sit just below lo
+  uintptr_t lo = g != nullptr ? g->stack.lo - kStackGuardSize : 0;  // a fault may sit in the guard
   WalkFrames(&cur, lo, g != nullptr ? g->stack.hi : 0, kMaxFrames, out);
 }
 

@@ -115,11 +115,22 @@ struct EhGlobals {
 };
 EhGlobals* ThreadEhGlobals();  // this thread's (libstdc++ __cxa_get_globals)
 
-// A goroutine stack: usable memory [lo, hi); a guard page lies below lo.
+// A goroutine stack: usable memory [lo, hi); its guard (kStackGuardSize) lies
+// below lo.
 struct Stack {
   uintptr_t lo = 0;
   uintptr_t hi = 0;
 };
+
+// Inaccessible address space directly below every goroutine stack
+// (core/stack.cc). Stacks are mapped next to one another, so below a guard
+// lies the top of another goroutine's stack: a frame that skips the whole
+// guard (a large local array touched at its low end, in code built without
+// -fstack-clash-protection) writes there instead of faulting. A fault
+// anywhere in the guard is reported as a stack overflow (signals/signals.cc).
+// 64 KiB costs address space and page tables only (about 6% more of each
+// with the default 1 MiB stacks); it is a multiple of any page size.
+inline constexpr size_t kStackGuardSize = 64 * 1024;
 
 // Room below stackguard0 that runtime code may still use after a check.
 inline constexpr uintptr_t kStackGuardMargin = 16 * 1024;

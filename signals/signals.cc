@@ -5,8 +5,9 @@
 //   SIGPIPE         Ignored while the thread is inside io::Write (the write
 //                   returns EPIPE, as in Go); otherwise the default action.
 //                   Installed only if the program left SIGPIPE at SIG_DFL.
-//   SIGSEGV/SIGBUS  A fault in the guard page of the running goroutine's stack
-//                   is reported as "goroutine N: stack overflow" and aborts.
+//   SIGSEGV/SIGBUS  A fault in the guard below the running goroutine's stack
+//                   (kStackGuardSize, 64 KiB) is reported as "goroutine N:
+//                   stack overflow" and aborts.
 //                   Any other fault goes to the handler installed before ours,
 //                   or to the default action. The handler runs on the M's
 //                   alternate signal stack, because the goroutine's stack is
@@ -62,8 +63,9 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
   uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
   if (g != nullptr && g->stack.lo != 0) {
     uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    // The guard page, or a large frame that jumped a little past it.
-    if (addr < g->stack.lo + page && addr + 64 * page >= g->stack.lo) {
+    // Anywhere in the guard below the stack (a frame larger than a page may
+    // skip its top), or the stack's lowest page.
+    if (addr < g->stack.lo + page && addr >= g->stack.lo - kStackGuardSize) {
       char msg[160];
       size_t n = 0;
       auto put = [&](const char* s) {

@@ -94,7 +94,7 @@ void LimitAddressSpace(size_t margin) {
 // ---------------------------------------------------------------------------
 // Out of address space while goroutines start.
 //
-// Goroutine stacks are reserved 16 at a time (16 x (1 MiB + a guard page));
+// Goroutine stacks are reserved 16 at a time (16 x (1 MiB + a 64 KiB guard));
 // with RLIMIT_AS a few MiB above what is mapped, the next reservation fails
 // once the P's cache of spare stacks is used up. Fails if the failure is not
 // reported as exactly one line naming the goroutine, mmap, the errno and the
@@ -127,8 +127,8 @@ TEST(RobustTest, StackReservationFailureIsOneFatalLine) {
   SKIP_UNDER_MEMORY_SANITIZER("an address-space limit");
   EXPECT_EXIT(StackReservationFailsChild(), ::testing::KilledBySignal(SIGABRT),
               OneFatalLine("goroutine [0-9]+: cannot allocate a goroutine stack: mmap: Cannot allocate "
-                           "memory \\(errno 12; reserving 16 stacks of 1048576 bytes plus a 4096-byte "
-                           "guard page each, 16842752 bytes in all; the address-space limit "
+                           "memory \\(errno 12; reserving 16 stacks of 1048576 bytes plus a 65536-byte "
+                           "guard each, 17825792 bytes in all; the address-space limit "
                            "\\(RLIMIT_AS, ulimit -v\\) is [0-9]+ bytes\\)"));
 }
 
@@ -224,8 +224,8 @@ TEST(RobustTest, ThreadCreationFailureIsOneFatalLine) {
 // wave, 3 bytes per goroutine over a minute's ~50 waves: any per-goroutine
 // leak of memory that is touched), or if the address space grew by more than
 // 2 GiB (the settled pool's size varies by up to one scavenge batch, 1024
-// stacks of 1 MiB, when sysmon scavenges at the same moment; a leaked
-// reservation per goroutine is 100 GiB a wave). Checked by hand: without
+// stacks of 1 MiB and their 64 KiB guards, when sysmon scavenges at the same
+// moment; a leaked reservation per goroutine is 100 GiB a wave). Checked by hand: without
 // StackFree for one goroutine in 100,000 in FinishSwitchOnG0's kExit path,
 // or without GfreePut there, it fails after the first measured wave.
 

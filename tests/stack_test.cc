@@ -1,6 +1,6 @@
 // Goroutine stacks: overflow is caught and reported, deep recursion within the
 // reservation works, stacks stay put while parked, and a million parked
-// goroutines fit under vm.max_map_count because the guard page does not split
+// goroutines fit under vm.max_map_count because the guard does not split
 // the stack's mapping (MADV_GUARD_INSTALL).
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -123,6 +123,94 @@ TEST(StackTest, OverflowInsideMallocStillReportsAndAborts) {
       ::testing::KilledBySignal(SIGABRT),
       "stack overflow[^\n]*\n\ngoroutine [0-9]+ \\[running\\]:\n\t\\(no function names[^\n]*\n"
       "(\t\\?\\? \\([^\n]*\\+0x[0-9a-f]+\\)\n){3}");
+}
+
+// A frame larger than a page near the end of the stack. stack_test is built
+// without -fstack-clash-protection (tests/CMakeLists.txt), as much code is
+// (GCC's default on Debian): the compiler moves the stack pointer by the whole
+// frame at once and writes only where the code writes. Below every stack's
+// guard lies the top of another goroutine's stack, so a frame that skips the
+// guard writes there without a fault. The guard must be larger than such a
+// frame, and a fault anywhere in it must be reported.
+
+// A 16 KiB frame written only at its low end (a large buffer of which the
+// first bytes are used). ASan would move the array to its fake stack.
+__attribute__((noinline, no_sanitize("address"))) int SixteenKiBFrame() {
+  volatile char buf[16 * 1024];
+  buf[0] = 1;
+  return buf[0];
+}
+
+// Descends in small frames, every page touched on the way (no frame skips
+// anything), until the stack pointer is below `stop`; then SixteenKiBFrame.
+__attribute__((noinline, no_sanitize("address"))) int DescendThenBigFrame(uintptr_t stop) {
+  volatile char frame[512];
+  frame[0] = 0;
+  if (reinterpret_cast<uintptr_t>(&frame[0]) < stop) {
+    return SixteenKiBFrame() + frame[0];
+  }
+  return DescendThenBigFrame(stop) + frame[0];
+}
+
+// Four goroutines park; one of them, V, whose stack lies directly above
+// another parked one's (N), descends to 6 KiB above its stack's low end and
+// calls SixteenKiBFrame, whose write lands about 10 KiB below V's stack: past
+// a one-page guard, in N's stack, with no fault. Fails ("failed to die") with
+// a one-page guard; must report V's overflow.
+TEST(StackTest, FrameLargerThanAPageNextToAParkedGoroutineIsReported) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        constexpr size_t kStackSize = 1 << 20;
+        goro::Options opts = goro_test::TestOptions();
+        opts.max_procs = 1;
+        opts.stack_size = kStackSize;
+        goro::Run(
+            [] {
+              constexpr int kN = 4;
+              goro::Chan<uintptr_t> tops(kN);
+              goro::Chan<int> go[kN];
+              goro::WaitGroup wg;
+              wg.Add(kN);
+              for (int i = 0; i < kN; ++i) {
+                goro::Go([&, i] {
+                  volatile char here = 0;
+                  // Stacks are page-aligned and the goroutine's first frames
+                  // are far smaller than a page.
+                  uintptr_t hi = (reinterpret_cast<uintptr_t>(&here) + 4095) & ~uintptr_t{4095};
+                  tops.Send(hi * kN + i);  // hi is a multiple of kN
+                  if (go[i].Recv().value_or(0) == 1) DescendThenBigFrame(hi - kStackSize + 6 * 1024);
+                  wg.Done();
+                });
+              }
+              uintptr_t hi[kN];
+              for (int k = 0; k < kN; ++k) {
+                uintptr_t v = tops.Recv().value_or(0);
+                hi[v % kN] = v / kN;
+              }
+              // V: a goroutine with another's stack at most 64 KiB below its own.
+              int victim = -1;
+              for (int v = 0; v < kN && victim < 0; ++v) {
+                for (int n = 0; n < kN; ++n) {
+                  uintptr_t lo = hi[v] - kStackSize;
+                  if (hi[n] < lo && lo - hi[n] <= 64 * 1024) victim = v;
+                }
+              }
+              if (victim < 0) {
+                fprintf(stderr, "no two goroutine stacks are adjacent: cannot test\n");
+                return;
+              }
+              go[victim].Send(1);  // the others stay parked meanwhile
+              goro::SleepFor(absl::Milliseconds(100));
+              fprintf(stderr, "no fault: the frame wrote into another goroutine's stack\n");
+              for (int i = 0; i < kN; ++i) {
+                if (i != victim) go[i].Send(0);
+              }
+              wg.Wait();
+            },
+            opts);
+      },
+      "goroutine [0-9]+: stack overflow");
 }
 
 // ---------------------------------------------------------------------------

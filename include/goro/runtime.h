@@ -41,9 +41,10 @@ struct Options {
   // ThreadSanitizer build (docs/sanitizers.md).
   bool async_preemption = true;
   // Address space reserved for each goroutine's stack. Pages are committed as
-  // they are touched; a guard page below the stack catches overflow. At least
-  // 64 KiB (a smaller value is raised to that) and at most 1 GiB, about Go's
-  // limit (a larger one is a fatal error).
+  // they are touched; a 64 KiB guard below the stack catches overflow (for
+  // frames larger than that, see docs/robustness.md). At least 64 KiB (a
+  // smaller value is raised to that) and at most 1 GiB, about Go's limit (a
+  // larger one is a fatal error).
   size_t stack_size = size_t{1} << 20;
   // The signal sysmon sends to interrupt a goroutine (Go uses SIGURG). Change
   // it only where another runtime in the process already owns SIGURG.
