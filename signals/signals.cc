@@ -9,7 +9,9 @@
 //                   (kStackGuardSize, 64 KiB) is reported as "goroutine N:
 //                   stack overflow" and aborts.
 //                   Any other fault goes to the handler installed before ours,
-//                   or to the default action. The handler runs on the M's
+//                   or to the default action; without a handler, a SIGSEGV or
+//                   SIGBUS sent by kill or raise kills the process as it would
+//                   without goro (or is ignored, if the program ignores it). The handler runs on the M's
 //                   alternate signal stack, because the goroutine's stack is
 //                   exactly what has run out.
 #include <errno.h>
@@ -49,10 +51,32 @@ size_t FormatDecimal(char* buf, int64_t v) {
   return len;
 }
 
+// Whether the kernel sent sig for a fault of this thread (an access, with its
+// address in si_addr). SI_USER, SI_TKILL, SI_QUEUE and the like, from kill,
+// tgkill, raise or sigqueue, are <= 0; SI_KERNEL (0x80) is a fault whose
+// address the kernel does not give.
+bool IsFault(const siginfo_t* info) { return info->si_code > 0; }
+
+// A fault signal that is not a goroutine's stack overflow: the handler
+// installed before ours, or what its disposition would have done.
 void ForwardSignal(int sig, siginfo_t* info, void* uctx, const struct sigaction& prev) {
   if (CallPreviousHandler(prev, sig, info, uctx)) return;
-  // Default action: restore it and return, so the faulting instruction runs
-  // again and the kernel kills the process with the right signal and core.
+  if (!IsFault(info)) {
+    if (prev.sa_handler == SIG_IGN) return;  // sent, and the program ignores it
+    // Sent by a program (raise(SIGSEGV), kill -SEGV): returning would not
+    // send it again. Die by it now, as Go's dieFromSignal does: the default
+    // action on this thread, the signal unblocked.
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    raise(sig);
+    _exit(2);  // not reached: the default action of SIGSEGV and SIGBUS ends the process
+  }
+  // A fault: restore the default action and return, so the faulting
+  // instruction runs again and the kernel kills the process with the right
+  // signal and core (even if the program ignores the signal).
   signal(sig, SIG_DFL);
 }
 
@@ -61,7 +85,7 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
   M* m = CurrentM();
   G* g = m != nullptr ? m->curg : nullptr;
   uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
-  if (g != nullptr && g->stack.lo != 0) {
+  if (g != nullptr && g->stack.lo != 0 && IsFault(info)) {
     uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     // Anywhere in the guard below the stack (a frame larger than a page may
     // skip its top), or the stack's lowest page.

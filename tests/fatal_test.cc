@@ -1,5 +1,9 @@
 // Fatal errors: misuse ends the process with one clear line naming the
 // goroutine, never silent corruption. Go's wording is used for the messages.
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -453,6 +457,60 @@ TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
         goro::Run(nil);
       },
       "thread [0-9]+ \\(not a goroutine\\): go of nil func value");
+}
+
+// A SIGSEGV or SIGBUS sent with raise or kill (not a fault: it does not
+// recur when the handler returns) kills the process by that signal, as it
+// would without goro. Fails (exit status 0, "still alive") if goro's handler
+// only restores the default action and returns: the signal is then lost, and
+// later stack overflows go unreported since the handler is gone.
+TEST(FatalTest, SegvOrBusRaisedOnAGoroutineKillsTheProcess) {
+  for (int sig : {SIGSEGV, SIGBUS}) {
+    EXPECT_EXIT(
+        {
+          RunInChild([sig] { raise(sig); });
+          fprintf(stderr, "still alive\n");
+          exit(0);
+        },
+        ::testing::KilledBySignal(sig), "")
+        << strsignal(sig);
+  }
+}
+
+TEST(FatalTest, SegvSentWithKillToTheProcessKillsIt) {
+  EXPECT_EXIT(
+      {
+        RunInChild([] {
+          kill(getpid(), SIGSEGV);
+          goro::SleepFor(absl::Seconds(2));  // it may reach another thread
+        });
+        fprintf(stderr, "still alive\n");
+        exit(0);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+// A program that ignores SIGSEGV keeps ignoring a sent one, and its
+// goroutines' stack overflows are still reported.
+volatile bool g_keep_recursing = true;
+__attribute__((noinline)) int RecurseInFatalTest(int depth) {
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(depth);
+  if (!g_keep_recursing) return frame[0];
+  return RecurseInFatalTest(depth + 1) + frame[0];
+}
+
+TEST(FatalTest, IgnoredSegvSentStaysIgnoredAndOverflowIsStillReported) {
+  EXPECT_DEATH(
+      {
+        signal(SIGSEGV, SIG_IGN);
+        RunInChild([] {
+          raise(SIGSEGV);
+          fprintf(stderr, "the raised SIGSEGV was ignored\n");
+          RecurseInFatalTest(0);
+        });
+      },
+      "the raised SIGSEGV was ignored\n(.|\n)*goroutine [0-9]+: stack overflow");
 }
 
 // Off a goroutine there is no goroutine to name, but misuse is still fatal.
