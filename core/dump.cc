@@ -425,8 +425,8 @@ M* MRunning(const G* g) {
 
 void DumpGoroutinesToFd(int fd) { DumpAll(FdOut{fd}, DumpMode::kFatal); }
 
-void WriteTraceback(void* uctx) {
-  G* g = CurrentGoroutine();
+void WriteTraceback(void* uctx, const G* g) {
+  if (g == nullptr) g = CurrentGoroutine();
   M* m = CurrentM();
   char line[96];
   int n;

@@ -36,7 +36,8 @@ enum class Trace { kCaller, kSignal, kAll };
 // "fatal error: " + a + b + "\n" in one writev, so that the line is not
 // interleaved with other threads' output and nothing is allocated; then the
 // backtrace `trace` asks for; then abort.
-[[noreturn]] void Die(absl::string_view a, absl::string_view b, Trace trace, void* uctx) {
+[[noreturn]] void Die(absl::string_view a, absl::string_view b, Trace trace, void* uctx,
+                      const G* signal_g = nullptr) {
   static const char kPrefix[] = "fatal error: ";
   iovec iov[4] = {{const_cast<char*>(kPrefix), sizeof kPrefix - 1},
                   {const_cast<char*>(a.data()), a.size()},
@@ -56,7 +57,7 @@ enum class Trace { kCaller, kSignal, kAll };
       WriteStderr("\n");
       DumpGoroutinesToFd(STDERR_FILENO);
     } else {
-      WriteTraceback(trace == Trace::kSignal ? uctx : nullptr);
+      WriteTraceback(trace == Trace::kSignal ? uctx : nullptr, signal_g);
     }
   } else if (first != self) {
     struct timespec wait = {5, 0};  // bounded: the first report may itself hang
@@ -70,7 +71,7 @@ enum class Trace { kCaller, kSignal, kAll };
 
 void Fatal(absl::string_view msg) { Die(msg, "", Trace::kCaller, nullptr); }
 void FatalDumpAll(absl::string_view msg) { Die(msg, "", Trace::kAll, nullptr); }
-void FatalSignal(absl::string_view msg, void* uctx) { Die(msg, "", Trace::kSignal, uctx); }
+void FatalSignal(absl::string_view msg, void* uctx, const G* g) { Die(msg, "", Trace::kSignal, uctx, g); }
 
 void FatalG(absl::string_view msg) {
   G* g = CurrentGoroutine();

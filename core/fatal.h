@@ -10,14 +10,18 @@
 
 namespace goro::internal {
 
+struct G;
+
 // Prints "fatal error: <msg>" and the caller's backtrace, and aborts.
 [[noreturn]] void Fatal(absl::string_view msg);
 // The same, but with every goroutine and its backtrace instead of the
 // caller's alone (Go's deadlock report).
 [[noreturn]] void FatalDumpAll(absl::string_view msg);
 // The same from a signal handler: the backtrace of what the signal
-// interrupted, from its context.
-[[noreturn]] void FatalSignal(absl::string_view msg, void* uctx);
+// interrupted, from its context, which is on g's stack (the current
+// goroutine's if g is null; another one's while the thread switches between
+// goroutines).
+[[noreturn]] void FatalSignal(absl::string_view msg, void* uctx, const G* g = nullptr);
 // Prints "fatal error: goroutine N: <msg>" naming the calling goroutine (or
 // "runtime thread MN" on a scheduler stack, "thread T (not a goroutine)" off
 // the runtime) and aborts.

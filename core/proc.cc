@@ -1068,8 +1068,12 @@ bool TryYieldDirect(M* m, G* g1) {
     if (G* displaced = p->runq.PutNext(g2)) RunqPut(p, displaced, false);
     return false;
   }
+  // g2 queues g1 once g1's registers are saved. Set before curg names g2:
+  // until the switch is done this thread pushes onto g1's stack, and the
+  // fault handler finds g1 here if that overflows it.
+  m->pending_yield = g1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   PrepareToRun(m, g2, inherit);
-  m->pending_yield = g1;  // g2 queues g1 once g1's registers are saved
   g1->eh = *m->eh;
   *m->eh = g2->eh;
   SanStartSwitch(&g1->san, g2->san, false);

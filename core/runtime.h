@@ -232,7 +232,8 @@ struct M {
   G* next_g = nullptr;
   // A goroutine that yielded by switching straight to curg (YieldNow's fast
   // path): curg queues it first thing when it resumes (OnResumeG), once its
-  // registers are saved.
+  // registers are saved. Set before curg names the goroutine switched to, so
+  // that the SIGSEGV handler knows whose stack the switch pushes onto.
   G* pending_yield = nullptr;
   EhGlobals* eh = nullptr;  // this thread's exception state
   pthread_t thread{};
@@ -613,8 +614,9 @@ const char* GStatusString(GStatus s);
 M* MRunning(const G* g);
 // Writes "goroutine N [running]:" (or the thread's name) and the calling
 // thread's backtrace to stderr: from uctx, a signal handler's context, or
-// from the caller if uctx is null. For fatal errors.
-void WriteTraceback(void* uctx);
+// from the caller if uctx is null. N is g, or the current goroutine if g is
+// null. For fatal errors.
+void WriteTraceback(void* uctx, const G* g = nullptr);
 // Loads libunwind (dlopen) now rather than at the first dump or fatal error.
 void PreloadUnwinder();
 

@@ -80,30 +80,48 @@ void ForwardSignal(int sig, siginfo_t* info, void* uctx, const struct sigaction&
   signal(sig, SIG_DFL);
 }
 
+// Whether addr lies in g's guard (anywhere in it: a frame larger than a page
+// may skip its top) or in the lowest page of g's stack.
+bool InGuard(const G* g, uintptr_t addr) {
+  if (g == nullptr || g->stack.lo == 0) return false;
+  uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return addr < g->stack.lo + page && addr >= g->stack.lo - kStackGuardSize;
+}
+
+// The goroutine whose stack overflowed, if the fault is a stack overflow. The
+// thread may be on the stack of either of two goroutines: curg, or, during
+// Yield's direct switch (TryYieldDirect), the goroutine switching away
+// (pending_yield), onto whose stack the switch still pushes while curg
+// already names the goroutine switched to.
+G* OverflowedGoroutine(M* m, const siginfo_t* info) {
+  uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (G* g : {m->curg, m->pending_yield}) {
+    if (InGuard(g, addr)) return g;
+  }
+  return nullptr;
+}
+
+[[noreturn]] void ReportStackOverflow(const G* g, void* uctx) {
+  char msg[160];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    size_t l = strlen(s);
+    memcpy(msg + n, s, l);
+    n += l;
+  };
+  put("goroutine ");
+  n += FormatDecimal(msg + n, g->id);
+  put(": stack overflow (stack of ");
+  n += FormatDecimal(msg + n, static_cast<int64_t>(g->stack.hi - g->stack.lo));
+  put(" bytes exhausted)");
+  FatalSignal(absl::string_view(msg, n), uctx, g);
+}
+
 void FaultHandler(int sig, siginfo_t* info, void* uctx) {
   int saved_errno = errno;
   M* m = CurrentM();
-  G* g = m != nullptr ? m->curg : nullptr;
-  uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
-  if (g != nullptr && g->stack.lo != 0 && IsFault(info)) {
-    uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    // Anywhere in the guard below the stack (a frame larger than a page may
-    // skip its top), or the stack's lowest page.
-    if (addr < g->stack.lo + page && addr >= g->stack.lo - kStackGuardSize) {
-      char msg[160];
-      size_t n = 0;
-      auto put = [&](const char* s) {
-        size_t l = strlen(s);
-        memcpy(msg + n, s, l);
-        n += l;
-      };
-      put("goroutine ");
-      n += FormatDecimal(msg + n, g->id);
-      put(": stack overflow (stack of ");
-      n += FormatDecimal(msg + n, static_cast<int64_t>(g->stack.hi - g->stack.lo));
-      put(" bytes exhausted)");
-      FatalSignal(absl::string_view(msg, n), uctx);
-    }
+  if (m != nullptr && IsFault(info)) {
+    if (const G* g = OverflowedGoroutine(m, info)) ReportStackOverflow(g, uctx);
   }
   errno = saved_errno;
   ForwardSignal(sig, info, uctx, sig == SIGSEGV ? previous_segv : previous_bus);

@@ -2,8 +2,10 @@
 // reservation works, stacks stay put while parked, and a million parked
 // goroutines fit under vm.max_map_count because the guard does not split
 // the stack's mapping (MADV_GUARD_INSTALL).
+#include <alloca.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -211,6 +213,64 @@ TEST(StackTest, FrameLargerThanAPageNextToAParkedGoroutineIsReported) {
             opts);
       },
       "goroutine [0-9]+: stack overflow");
+}
+
+// An overflow while goro::Yield switches straight to the next goroutine
+// (TryYieldDirect): the runtime already names that goroutine as the M's
+// current one while the switch still pushes onto the yielder's stack.
+
+// Calls goro::Yield with the stack pointer about `room` bytes above `lo`, the
+// low end of the calling goroutine's stack.
+__attribute__((noinline, no_sanitize("address"))) void YieldWithRoom(uintptr_t lo, size_t room) {
+  volatile char probe = 0;
+  size_t n = reinterpret_cast<uintptr_t>(&probe) - lo - room;
+  char* pad = static_cast<char*>(alloca(n));  // not touched: nothing is skipped
+  asm volatile("" : : "r"(pad) : "memory");
+  goro::Yield();
+}
+
+// Exits 0 (no fault at this depth) or dies by SIGABRT (the runtime's report);
+// a plain SIGSEGV is an overflow that went unreported.
+bool ExitedZeroOrAborted(int status) {
+  return (WIFEXITED(status) && WEXITSTATUS(status) == 0) || (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+// One P, two goroutines that only yield, so Yield takes the direct path; the
+// yielding goroutine's stack pointer is swept from its stack's low end up in
+// 16-byte steps (the call alignment), so that some step overflows at each
+// push of the Yield path, the direct switch's included. Each step is a child
+// process that must either not fault or report the overflow. Fails (a child
+// killed by SIGSEGV, in this build at 176 and 192 bytes of room) if the
+// handler looks only at the M's current goroutine.
+TEST(StackTest, OverflowDuringYieldsDirectSwitchIsReported) {
+  constexpr size_t kStackSize = 1 << 20;
+  for (size_t room = 0; room < 1024; room += 16) {
+    EXPECT_EXIT(
+        {
+          goro_test::Watchdog dog(absl::Seconds(30));
+          goro::Options opts = goro_test::TestOptions();
+          opts.max_procs = 1;
+          opts.async_preemption = false;
+          opts.stack_size = kStackSize;
+          goro::Run(
+              [room] {
+                for (int i = 0; i < 2; ++i) {
+                  goro::Go([] {
+                    for (;;) goro::Yield();
+                  });
+                }
+                goro::Yield();  // both have run and are queued
+                volatile char here = 0;
+                uintptr_t hi = (reinterpret_cast<uintptr_t>(&here) + 4095) & ~uintptr_t{4095};
+                YieldWithRoom(hi - kStackSize, room);
+                fprintf(stderr, "no fault\n");
+                _exit(0);
+              },
+              opts);
+        },
+        ExitedZeroOrAborted, "^(no fault|fatal error: goroutine [0-9]+: stack overflow)")
+        << "room " << room;
+  }
 }
 
 // ---------------------------------------------------------------------------
