@@ -6,8 +6,9 @@
 //                   returns EPIPE, as in Go); otherwise the default action.
 //                   Installed only if the program left SIGPIPE at SIG_DFL.
 //   SIGSEGV/SIGBUS  A fault in the guard below the running goroutine's stack
-//                   (kStackGuardSize, 64 KiB) is reported as "goroutine N:
-//                   stack overflow" and aborts.
+//                   (kStackGuardSize, 64 KiB), or the kernel's failure to
+//                   write a signal frame on that stack, is reported as
+//                   "goroutine N: stack overflow" and aborts.
 //                   Any other fault goes to the handler installed before ours,
 //                   or to the default action; without a handler, a SIGSEGV or
 //                   SIGBUS sent by kill or raise kills the process as it would
@@ -17,7 +18,9 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +37,17 @@ namespace {
 struct sigaction previous_segv;
 struct sigaction previous_pipe;
 struct sigaction previous_bus;
+
+// How far above the stack pointer the kernel may write a signal frame: the
+// frame itself (AT_MINSIGSTKSZ: its size with this CPU's register state,
+// 11 KiB with AMX) and the 128-byte red zone it skips. Set before the
+// handlers are installed.
+uintptr_t signal_frame_reach = 0;
+
+void InitSignalFrameReach() {
+  unsigned long frame = getauxval(AT_MINSIGSTKSZ);  // 0 before Linux 5.14
+  signal_frame_reach = std::max<unsigned long>(frame, 2048) + 128;  // 2048: the old MINSIGSTKSZ
+}
 
 // Formats v in decimal into buf (no allocation); returns the length.
 size_t FormatDecimal(char* buf, int64_t v) {
@@ -88,15 +102,36 @@ bool InGuard(const G* g, uintptr_t addr) {
   return addr < g->stack.lo + page && addr >= g->stack.lo - kStackGuardSize;
 }
 
+// Whether sp, the stack pointer at a fault without an address, leaves no room
+// below it in g's stack for a signal frame: in the guard, or less than a
+// frame above it.
+bool NoRoomForSignalFrame(const G* g, uintptr_t sp) {
+  if (g == nullptr || g->stack.lo == 0) return false;
+  return sp >= g->stack.lo - kStackGuardSize && sp < g->stack.lo + signal_frame_reach;
+}
+
 // The goroutine whose stack overflowed, if the fault is a stack overflow. The
 // thread may be on the stack of either of two goroutines: curg, or, during
 // Yield's direct switch (TryYieldDirect), the goroutine switching away
 // (pending_yield), onto whose stack the switch still pushes while curg
 // already names the goroutine switched to.
-G* OverflowedGoroutine(M* m, const siginfo_t* info) {
+//
+// Usually the fault's address is in the guard. But when the kernel cannot
+// write the frame of a signal whose handler does not run on the alternate
+// stack (most programs' handlers), it sends SIGSEGV with si_code SI_KERNEL
+// and no address: then the interrupted stack pointer tells. (A general
+// protection fault, such as an access at a non-canonical address, also comes
+// as SI_KERNEL: with the stack nearly used up it is reported as an overflow.)
+G* OverflowedGoroutine(M* m, const siginfo_t* info, void* uctx) {
   uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
   for (G* g : {m->curg, m->pending_yield}) {
     if (InGuard(g, addr)) return g;
+  }
+  if (info->si_code == SI_KERNEL) {
+    uintptr_t sp = static_cast<uintptr_t>(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RSP]);
+    for (G* g : {m->curg, m->pending_yield}) {
+      if (NoRoomForSignalFrame(g, sp)) return g;
+    }
   }
   return nullptr;
 }
@@ -121,7 +156,7 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
   int saved_errno = errno;
   M* m = CurrentM();
   if (m != nullptr && IsFault(info)) {
-    if (const G* g = OverflowedGoroutine(m, info)) ReportStackOverflow(g, uctx);
+    if (const G* g = OverflowedGoroutine(m, info, uctx)) ReportStackOverflow(g, uctx);
   }
   errno = saved_errno;
   ForwardSignal(sig, info, uctx, sig == SIGSEGV ? previous_segv : previous_bus);
@@ -150,6 +185,7 @@ void InstallSignalHandlers() {
     sigemptyset(&sp.sa_mask);
     sigaction(SIGPIPE, &sp, &previous_pipe);
   }
+  InitSignalFrameReach();
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = FaultHandler;

@@ -273,6 +273,38 @@ TEST(StackTest, OverflowDuringYieldsDirectSwitchIsReported) {
   }
 }
 
+// A signal whose handler does not run on the alternate signal stack (most
+// programs' handlers) arrives when the goroutine's stack is nearly used up:
+// the kernel cannot write the signal frame there, and sends a SIGSEGV with
+// si_code SI_KERNEL and no fault address instead. A level of this recursion
+// needs a few hundred bytes, the signal frame several KiB, so the frame is
+// what overflows first.
+std::atomic<int64_t> g_usr1_handled{0};
+void CountUsr1(int) { g_usr1_handled.fetch_add(1, std::memory_order_relaxed); }
+
+__attribute__((noinline)) int RecurseRaisingUsr1(int depth) {
+  volatile char frame[200];
+  frame[0] = static_cast<char>(depth);
+  raise(SIGUSR1);
+  if (!g_keep_going) return frame[0];
+  return RecurseRaisingUsr1(depth + 1) + frame[0];
+}
+
+// Fails (killed by SIGSEGV instead of SIGABRT, with no report) if the handler
+// looks only at the fault address.
+TEST(StackTest, OverflowBySignalFrameIsReported) {
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        struct sigaction sa {};
+        sa.sa_handler = CountUsr1;  // no SA_ONSTACK
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, nullptr);
+        goro::Run([] { RecurseRaisingUsr1(0); }, goro_test::TestOptions());
+      },
+      ::testing::KilledBySignal(SIGABRT), "goroutine [0-9]+: stack overflow");
+}
+
 // ---------------------------------------------------------------------------
 // Deep but bounded recursion and stack reuse.
 
