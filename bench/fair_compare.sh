@@ -398,7 +398,10 @@ for ((rep = 1; rep <= REPS; rep++)); do
 done
 
 # c. 4 spinners on 1 P, async preemption on vs off: short runs, many pairs.
-# goro-fair and fair warm up for min(200 ms, seconds/10).
+# goro-fair and fair warm up for min(200 ms, seconds/10), counted from when
+# every goroutine has started (with async preemption off, from when none has
+# for 100 ms): the window opens that much later than launch + warm-up, which
+# fair_run.py's samples, taken in the steady state on either side, allow for.
 warm_cd=$(python3 -c "print(min(0.2, $CD_SECONDS / 10))")
 load_gate c
 for ((rep = 1; rep <= CD_REPS; rep++)); do

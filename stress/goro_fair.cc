@@ -23,6 +23,11 @@
 // ran during each turn (another tenant, a busy hyperthread sibling); the time
 // shares measure only what the scheduler hands out.
 //
+// The measured window opens after a warm-up of min(200 ms, seconds/10) that
+// begins once every goroutine has started (WaitForStart), so that neither the
+// runtime's start-up nor the first turns of goroutines queued behind others
+// fall inside it.
+//
 // The report (and --json) gives the settings the runtime ran with, which the
 // environment (GORODEBUG=timeslice, asyncpreemptoff) or the build may have
 // changed from what the flags asked for; a line under the header says so.
@@ -130,6 +135,11 @@ struct alignas(128) Shared {
   std::atomic<bool> stop{false};
   uint8_t stop_byte = 0;  // the asm loop reads a plain byte
   std::atomic<bool> measuring{false};
+  // The CPU-bound goroutines and the sleeper that have begun to run: each
+  // adds one as it starts, the timer thread reads it until the warm-up. On
+  // lines of its own, so that a late starter does not touch the line of
+  // `stop` that the running spinners read.
+  alignas(128) std::atomic<int> started{0};
   char pad[128];
 };
 
@@ -199,6 +209,7 @@ int Fib(int n) {
 
 void RunWorker(Worker* w, Shared* s, bool timed) {
   w->id = goro::GoroutineId();
+  s->started.fetch_add(1);
   switch (w->role) {
     case Role::kSpin:
       if (timed) {
@@ -273,6 +284,50 @@ double Percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
   size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size()))) - 1;
   return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// How long the timer thread waits for the goroutines to start.
+constexpr absl::Duration kStartLimit = absl::Seconds(10);
+
+// How the wait before the warm-up ended: `started` goroutines had begun to
+// run, and either that was all of them, or the rest were starved, or
+// `timed_out`: they were still starting after kStartLimit.
+struct StartWait {
+  int started = 0;
+  bool timed_out = false;
+};
+
+// The window must not open before the goroutines it measures run: the
+// runtime takes 11-16 ms to start here, and on one P the last of n spinners
+// first runs after n-1 slices of the others. So the timer thread waits until
+// `want` goroutines have counted themselves in `started`, then warms up.
+// Some never start: with async preemption off a call-free spinner keeps its
+// P, and the goroutines queued behind it wait until the run ends. So with it
+// off, once one goroutine has started and none has for max(100 ms, 4
+// slices), the rest are taken as starved and the wait ends. With it on,
+// every goroutine gets a turn, and a quiet spell means only that the OS ran
+// something else (gaps of 190 ms between starts on this 2-core VM under load).
+StartWait WaitForStart(const std::atomic<int>& started, int want) {
+  const absl::Time begin = absl::Now();
+  absl::Time grew = begin;  // when `seen` last changed
+  int seen = 0;
+  for (;;) {
+    const int k = started.load();
+    const absl::Time now = absl::Now();
+    if (k >= want) return {k, false};
+    if (k != seen) {
+      seen = k;
+      grew = now;
+    }
+    // A goroutine has run, so the runtime has started and GetOptions gives
+    // the settings it uses.
+    if (k > 0 && !goro::GetOptions().async_preemption &&
+        now - grew >= std::max(absl::Milliseconds(100), 4 * goro::GetOptions().time_slice)) {
+      return {k, false};
+    }
+    if (now - begin >= kStartLimit) return {k, true};
+    absl::SleepFor(absl::Milliseconds(1));
+  }
 }
 
 // Jain's index and min/max of a set of amounts, with their sum and extremes.
@@ -429,7 +484,10 @@ std::vector<char*> ParseFlags(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU.\n"
       "Example: goro-fair --workload=spin --procs=2 --goroutines=16 --seconds=3\n"
-      "Exit status: 0 done, 1 below a threshold (--min_jain, --min_share_ratio, --max_p99_ms), 2 bad usage.");
+      "The window opens min(200 ms, seconds/10) after every goroutine has started (with async preemption\n"
+      "off, where call-free spinners starve the rest, once none has started for max(100 ms, 4 slices)).\n"
+      "Exit status: 0 done, 1 below a threshold (--min_jain, --min_share_ratio, --max_p99_ms), 2 bad usage\n"
+      "or nothing to measure (the goroutines were still starting after 10 s, or did no work in the window).");
   for (int i = 1; i < argc && absl::string_view(argv[i]) != "--"; ++i) {
     absl::string_view a(argv[i]);
     if (absl::StartsWith(a, "--")) a.remove_prefix(1);
@@ -510,18 +568,24 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> c0(n), c1(n);
   int64_t window_start = 0, window_end = 0;  // MonotonicNs
   uint64_t sleeper_preemptions = 0;
+  const int want_started = n + (sleeper ? 1 : 0);
+  StartWait start;
 
   // A plain thread keeps time, so that the run ends even when goroutines
-  // starve everything else (--async_preemption=false on one P).
+  // starve everything else (--async_preemption=false on one P). It waits for
+  // the goroutines to start, then warms up for min(200 ms, seconds/10).
   std::thread timer([&] {
-    absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
-    for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
-    window_start = MonotonicNs();
-    shared.measuring.store(true);
-    absl::SleepFor(absl::Seconds(seconds));
-    for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
-    window_end = MonotonicNs();
-    shared.measuring.store(false);
+    start = WaitForStart(shared.started, want_started);
+    if (!start.timed_out) {
+      absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
+      for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
+      window_start = MonotonicNs();
+      shared.measuring.store(true);
+      absl::SleepFor(absl::Seconds(seconds));
+      for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
+      window_end = MonotonicNs();
+      shared.measuring.store(false);
+    }
     shared.stop_byte = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     shared.stop.store(true);
@@ -539,6 +603,7 @@ int main(int argc, char** argv) {
         }
         if (sleeper) {
           goro::Go([&] {
+            shared.started.fetch_add(1);
             while (!shared.stop.load()) {
               absl::Time t = absl::Now();
               goro::SleepFor(interval);
@@ -553,6 +618,18 @@ int main(int argc, char** argv) {
       },
       opts);
   timer.join();
+  if (start.timed_out && start.started == 0) {
+    std::fprintf(stderr, "goro-fair: no goroutine had started after %s\n", absl::FormatDuration(kStartLimit).c_str());
+    return 2;
+  }
+  if (start.timed_out) {
+    std::fprintf(stderr,
+                 "goro-fair: after %s only %d of %d goroutines had started, and more were still starting: a window "
+                 "opened then would measure their start-up (fewer --goroutines, more --procs or a shorter "
+                 "--time_slice)\n",
+                 absl::FormatDuration(kStartLimit).c_str(), start.started, want_started);
+    return 2;
+  }
   const absl::Duration window = absl::Nanoseconds(window_end - window_start);
 
   // Shares of the CPU-bound goroutines within the measured window.
@@ -566,6 +643,15 @@ int main(int argc, char** argv) {
   std::vector<double> shares(n, 0.0);
   for (int i = 0; i < n; ++i) {
     if (CpuBound(workers[i].role) && total > 0) shares[i] = static_cast<double>(c1[i] - c0[i]) / total;
+  }
+  // Nothing to compare: a Jain index of 0 would read as "one goroutine got
+  // everything". (A window shorter than one fib(16), for instance.)
+  if (total == 0) {
+    std::fprintf(stderr,
+                 "goro-fair: no work was measured in the window: the %d CPU-bound goroutines finished no iteration "
+                 "in %.3f s (a longer --seconds?)\n",
+                 ncpu, absl::ToDoubleSeconds(window));
+    return 2;
   }
   std::sort(lateness_ms.begin(), lateness_ms.end());
   double p50 = Percentile(lateness_ms, 0.50), p99 = Percentile(lateness_ms, 0.99);
@@ -583,6 +669,11 @@ int main(int argc, char** argv) {
   if (used_slice != slice || used_async != opts.async_preemption) {
     std::printf("  (the flags asked for time_slice=%s async_preemption=%s: GORODEBUG, a TSan build or the CPU overrode them)\n",
                 absl::FormatDuration(slice).c_str(), opts.async_preemption ? "on" : "off");
+  }
+  if (start.started < want_started) {
+    std::printf("  (%d of %d goroutines had not started when the warm-up began: with async preemption off, none had "
+                "for a while, so the rest were starved)\n",
+                want_started - start.started, want_started);
   }
   std::printf("\n");
   std::printf("  %9s  %-5s  %15s  %7s  %11s\n", "goroutine", "role", "iterations", "share", "preemptions");

@@ -5,9 +5,11 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -147,6 +149,88 @@ TEST(FairRunnerTest, ImpossibleRequestsAreRejectedBeforeTheRun) {
   EXPECT_EQ(o.text,
             "goro-fair: --plot=/nonexistent-goro-dir/x.png: cannot write in /nonexistent-goro-dir: No such file or "
             "directory\n");
+}
+
+// One row of the per-goroutine table.
+struct Row {
+  long long id = 0;
+  unsigned long long iterations = 0, preemptions = 0;
+};
+
+// The table's rows for the spin workload, in order.
+std::vector<Row> SpinRows(const std::string& text) {
+  std::vector<Row> rows;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    Row r;
+    double share = 0;
+    if (sscanf(std::string(line).c_str(), " %lld spin %llu %lf%% %llu", &r.id, &r.iterations, &share,
+               &r.preemptions) == 4) {
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+// The window opens only once every goroutine has run. The timer thread
+// began its warm-up, min(200 ms, seconds/10), when the process started,
+// before the runtime did (11-16 ms here) and before goroutines queued behind
+// others had run: with --seconds=0.01 on one P every goroutine showed 0
+// iterations and Jain's index 0.00000, and the first one to run got an
+// outsized share of short windows. Here one P has 1 s slices, so the second
+// spinner first runs a second after the first. The window (10 ms of warm-up,
+// then 100 ms) now falls in the second spinner's first turn: it does all
+// the window's iterations and is never preempted (it stops during that
+// turn), while the first, preempted once when its turn ended, does none.
+// Before, the window fell in the first spinner's turn, and neither was ever
+// preempted.
+TEST(FairRunnerTest, TheWindowOpensOnceEveryGoroutineHasRun) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // only the signal ends the first spinner's turn
+  Output o = RunFair("--procs=1 --goroutines=2 --time_slice=1s --seconds=0.1 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  std::vector<Row> rows = SpinRows(o.text);
+  ASSERT_EQ(rows.size(), 2u) << o.text;
+  const Row& first = rows[0].preemptions > 0 ? rows[0] : rows[1];  // the one that ran first
+  const Row& second = rows[0].preemptions > 0 ? rows[1] : rows[0];
+  EXPECT_EQ(first.preemptions, 1u) << o.text;
+  EXPECT_EQ(first.iterations, 0u) << o.text;
+  EXPECT_EQ(second.preemptions, 0u) << o.text;
+  EXPECT_GT(second.iterations, 0u) << o.text;
+}
+
+// A window in which the CPU-bound goroutines finished nothing has no shares
+// to compare: one line and status 2, not Jain's index 0.00000 and status 0.
+// Twenty fib goroutines on one P with 50 us slices take turns on their
+// fib(16) trees; the first tree is done after about 100 ms here, ten times
+// the window.
+TEST(FairRunnerTest, AWindowWithNoWorkIsAnErrorNotJainZero) {
+  Output o = RunFair("--workload=fib --procs=1 --goroutines=20 --time_slice=50us --seconds=0.01 --sleeper=false");
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_TRUE(absl::StartsWith(o.text, "goro-fair: no work was measured in the window: the 20 CPU-bound goroutines "
+                                       "finished no iteration in "))
+      << o.text;
+  EXPECT_FALSE(absl::StrContains(o.text, "Jain")) << o.text;
+}
+
+// Goroutines that never start do not hold the window up: with async
+// preemption off, the first call-free spinner keeps the only P and the other
+// two wait until the run ends. The timer thread then stops waiting once none
+// has started for 100 ms, and the report says how many had not. (With it on,
+// it waits for all of them: the next test.)
+TEST(FairRunnerTest, StarvedGoroutinesDoNotHoldUpTheWindow) {
+  Output o = RunFair("--async_preemption=false --procs=1 --goroutines=3 --sleeper=false --seconds=0.2");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "  (2 of 3 goroutines had not started when the warm-up began")) << o.text;
+}
+
+// Goroutines still starting after 10 s are an error (status 2), not a window
+// that measures their start-up. 5 s slices on one P: the second spinner
+// starts after 5 s, the third after 10 s, the fourth after 15 s.
+TEST(FairRunnerTest, GoroutinesStillStartingAfterTenSecondsAreAnError) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // only the signal moves a spinner off the P
+  Output o = RunFair("--procs=1 --goroutines=4 --time_slice=5s --seconds=0.1 --sleeper=false");
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_TRUE(absl::StartsWith(o.text, "goro-fair: after 10s only ")) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, " of 4 goroutines had started, and more were still starting")) << o.text;
 }
 
 }  // namespace

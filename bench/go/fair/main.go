@@ -12,10 +12,14 @@
 //     shows no CALL between the loop's label and its back-edge);
 //   - with -sleeper, one more goroutine sleeps -sleep_interval (1 ms) in a loop
 //     and records how late each wake-up was (time.Since(before) - interval);
-//   - a timekeeper waits min(200 ms, seconds/10) of warm-up, snapshots every
-//     counter, waits -seconds, snapshots again and stops the goroutines; shares,
-//     Jain's index, min/max and throughput come from the deltas over that
-//     window, lateness from the wake-ups inside it.
+//   - a timekeeper waits until every goroutine has started (each adds one to
+//     a shared count as it begins; with GODEBUG=asyncpreemptoff=1, where a
+//     call-free spinner keeps its P and the goroutines behind it never start,
+//     only until none has started for 100 ms; it gives up after 10 s), then
+//     waits min(200 ms, seconds/10) of warm-up, snapshots every counter, waits
+//     -seconds, snapshots again and stops the goroutines; shares, Jain's
+//     index, min/max and throughput come from the deltas over that window,
+//     lateness from the wake-ups inside it.
 //
 // The timekeeper is the one part that cannot be a goroutine. goro-fair's is a
 // plain thread, outside the scheduler it measures, so the run ends even when
@@ -28,6 +32,8 @@
 //
 // Output: a short report, then one JSON line with goro-fair --json's keys
 // (jain, min_max, throughput, p50_ms, p99_ms, max_ms, ...) and "impl":"go".
+// A bad flag, goroutines still starting after 10 s, or a window with no
+// iterations in it is one line on stderr and exit status 2, as in goro-fair.
 // Go reports no preemption counts; count its SIGURGs from outside (perf stat
 // -e signal:signal_deliver), as fair_compare.sh does.
 //
@@ -89,8 +95,27 @@ const (
 	offWindowNs  = 2 * lineSize // int64: the window's length, written before stop
 	offSignals   = 3 * lineSize // uint64: signals sent so far (-signal_test)
 	offSigInfo   = 4 * lineSize // int64 spinner tid, then signals and spinner CPU ns at both ends
-	offCounters  = 5 * lineSize // n counters, one line each, then c0[n] and c1[n]
+	offStarted   = 5 * lineSize // uint64 words: goroutines started, how many will start, how many had (start*)
+	offCounters  = 6 * lineSize // n counters, one line each, then c0[n] and c1[n]
 )
+
+// Words of the offStarted line: the goroutines add one to startCount as they
+// begin; the parent writes startWant before the timekeeper starts; the
+// timekeeper writes startSeen, the count when it stopped waiting.
+const (
+	startCount = iota
+	startWant
+	startSeen
+)
+
+// startLimit is how long the timekeeper waits for the goroutines to start.
+const startLimit = 10 * time.Second
+
+// startStall ends the wait with async preemption off when some goroutines
+// have started and none has for this long: the rest are starved. (With it
+// on, every goroutine gets a turn; a quiet spell means only that the OS ran
+// something else.)
+const startStall = 100 * time.Millisecond
 
 // Words of the offSigInfo line.
 const (
@@ -118,6 +143,7 @@ func (s shared) counter(i int) *uint64 {
 	return s.u64(offCounters + i*lineSize)
 }
 func (s shared) info(k int) *int64   { return s.i64(offSigInfo + 8*k) }
+func (s shared) start(k int) *uint64 { return s.u64(offStarted + 8*k) }
 func (s shared) c0(n, i int) *uint64 { return s.u64(offCounters + n*lineSize + i*8) }
 func (s shared) c1(n, i int) *uint64 { return s.u64(offCounters + n*lineSize + n*8 + i*8) }
 
@@ -155,6 +181,30 @@ func runTimekeeper(n int, sec float64) {
 		fatalf("timekeeper: mmap: %v", err)
 	}
 	s := shared{mem}
+	// The window must not open before the goroutines it measures run (the
+	// parent spawns them after starting this process).
+	want := atomic.LoadUint64(s.start(startWant))
+	canStarve := !asyncPreemptionOn() // this process has the parent's GODEBUG
+	begin, grew, seen := time.Now(), time.Now(), uint64(0)
+	for {
+		k := atomic.LoadUint64(s.start(startCount))
+		now := time.Now()
+		if k != seen {
+			seen, grew = k, now
+		}
+		if k >= want || (canStarve && k > 0 && now.Sub(grew) >= startStall) {
+			break
+		}
+		if now.Sub(begin) >= startLimit {
+			atomic.StoreUint32(s.stop(), 1) // the parent's goroutines end; it reports this process's failure
+			if k == 0 {
+				fatalf("no goroutine had started after %v", startLimit)
+			}
+			fatalf("after %v only %d of %d goroutines had started, and more were still starting", startLimit, k, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	atomic.StoreUint64(s.start(startSeen), seen)
 	time.Sleep(warmup(sec))
 	tid := atomic.LoadInt64(s.info(infoTid))
 	schedstat := fmt.Sprintf("/proc/%d/task/%d/schedstat", os.Getppid(), tid)
@@ -268,6 +318,16 @@ func main() {
 		mem[off] = 0 // fault every page in before anything is timed
 	}
 
+	want := n
+	if *signalTest {
+		want++ // the sender
+	}
+	if *sleeper {
+		want++
+	}
+	*s.start(startWant) = uint64(want)
+	started := func() { atomic.AddUint64(s.start(startCount), 1) }
+
 	child := exec.Command(os.Args[0], "-timekeeper", "-goroutines="+strconv.Itoa(n),
 		"-seconds="+strconv.FormatFloat(sec, 'g', -1, 64))
 	child.ExtraFiles = []*os.File{f}
@@ -291,6 +351,7 @@ func main() {
 				atomic.StoreInt64(s.info(infoTid), int64(tid))
 				tidReady <- tid
 			}
+			started()
 			spinLoop(s.counter(i), s.stop())
 			wg.Done()
 		}(i)
@@ -301,6 +362,7 @@ func main() {
 			runtime.LockOSThread()
 			pinThread(0)
 			syscall.RawSyscall(syscall.SYS_PRCTL, 29 /* PR_SET_TIMERSLACK */, 1, 0) // nanosleep to the µs
+			started()
 			tid := <-tidReady
 			pid := syscall.Getpid()
 			ivl := *signalIvl
@@ -323,6 +385,7 @@ func main() {
 	if *sleeper {
 		wg.Add(1)
 		go func() {
+			started()
 			iv := *interval
 			for atomic.LoadUint32(s.stop()) == 0 {
 				t := time.Now()
@@ -337,7 +400,7 @@ func main() {
 	}
 	wg.Wait()
 	if err := child.Wait(); err != nil {
-		fatalf("the timekeeper failed: %v", err)
+		fatalf("the timekeeper failed (%v); nothing was measured", err)
 	}
 	window := time.Duration(atomic.LoadInt64(s.i64(offWindowNs)))
 	if window <= 0 {
@@ -368,14 +431,24 @@ func main() {
 	if len(lateness) > 0 {
 		lmax = lateness[len(lateness)-1]
 	}
+	if total == 0 {
+		// Jain's index 0 would read as "one goroutine got everything".
+		fatalf("no work was measured in the window: the %d goroutines made no iteration in %.3f s (a longer -seconds?)",
+			n, window.Seconds())
+	}
 	throughput := total / window.Seconds()
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := func(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
 	async := asyncPreemptionOn()
 
-	fmt.Printf("fair (Go %s): workload=spin procs=%d goroutines=%d seconds=%g time_slice=10ms (fixed) async_preemption=%v\n\n",
+	fmt.Printf("fair (Go %s): workload=spin procs=%d goroutines=%d seconds=%g time_slice=10ms (fixed) async_preemption=%v\n",
 		runtime.Version(), *procs, n, sec, map[bool]string{true: "on", false: "off"}[async])
+	if seen := *s.start(startSeen); seen < uint64(want) {
+		fmt.Printf("  (%d of %d goroutines had not started when the warm-up began: with async preemption off, none had for a while, so the rest were starved)\n",
+			uint64(want)-seen, want)
+	}
+	fmt.Println()
 	fmt.Printf("  %9s  %15s  %7s\n", "goroutine", "iterations", "share")
 	rows := n
 	if *tableRows < rows {
