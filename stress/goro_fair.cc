@@ -1,9 +1,10 @@
 // goro-fair: the fairness runner.
 //
 // Runs N CPU-bound goroutines on P processors for a while and reports how the
-// CPU was shared: a table per goroutine (iterations, share, preemptions),
-// Jain's fairness index and the min/max share, the preemption counters, and
-// the wake-up lateness of a goroutine that sleeps in a loop beside them.
+// CPU was shared: a table per goroutine (iterations, share, and preemptions
+// over the whole run), Jain's fairness index and the min/max share, the
+// preemption counters in the window and over the whole run, and the wake-up
+// lateness of a goroutine that sleeps in a loop beside them.
 //
 //   goro-fair                                   16 call-free spinners on 2 Ps, 3 s
 //   goro-fair --workload=asm --procs=1          spinners written in assembly
@@ -75,7 +76,9 @@ ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is be
 ABSL_FLAG(double, max_p99_ms, 0,
           "exit with status 1 if the sleeper's p99 lateness is above this, or if it never woke (0: no limit)");
 ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
-ABSL_FLAG(bool, json, false, "also print the summary as one JSON line");
+ABSL_FLAG(bool, json, false,
+          "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
+          "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window)");
 ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
 ABSL_FLAG(bool, turn_stats, false,
           "spin workload: time every turn on a P and report turn lengths, iteration rates and time shares");
@@ -567,6 +570,7 @@ int main(int argc, char** argv) {
   std::vector<double> lateness_ms;
   std::vector<uint64_t> c0(n), c1(n);
   int64_t window_start = 0, window_end = 0;  // MonotonicNs
+  goro::Stats st0, st1;                      // at the window's start and end
   uint64_t sleeper_preemptions = 0;
   const int want_started = n + (sleeper ? 1 : 0);
   StartWait start;
@@ -579,10 +583,12 @@ int main(int argc, char** argv) {
     if (!start.timed_out) {
       absl::SleepFor(std::min(absl::Milliseconds(200), absl::Seconds(seconds / 10)));
       for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
+      st0 = goro::GetStats();
       window_start = MonotonicNs();
       shared.measuring.store(true);
       absl::SleepFor(absl::Seconds(seconds));
       for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
+      st1 = goro::GetStats();
       window_end = MonotonicNs();
       shared.measuring.store(false);
     }
@@ -656,7 +662,7 @@ int main(int argc, char** argv) {
   std::sort(lateness_ms.begin(), lateness_ms.end());
   double p50 = Percentile(lateness_ms, 0.50), p99 = Percentile(lateness_ms, 0.99);
   double lmax = lateness_ms.empty() ? 0 : lateness_ms.back();
-  goro::Stats st = goro::GetStats();
+  const goro::Stats st = goro::GetStats();  // the whole run; st0 and st1 bound the window
   // What the runtime ran with: GORODEBUG may override the time slice and turn
   // async preemption off, and a TSan build or a CPU without XSAVE turns it off.
   const goro::Options used = goro::GetOptions();
@@ -676,14 +682,22 @@ int main(int argc, char** argv) {
                 want_started - start.started, want_started);
   }
   std::printf("\n");
-  std::printf("  %9s  %-5s  %15s  %7s  %11s\n", "goroutine", "role", "iterations", "share", "preemptions");
+  // Iterations and shares count the window. A goroutine's preemption count
+  // can be read only by the goroutine itself, which a call-free spinner does
+  // when it stops, so that column counts the whole run. A fib goroutine is
+  // the parent of its fib(16) trees and only waits: its count is always 0,
+  // so the column is left out (the trees' preemptions are in the totals).
+  const bool preemption_column = workload != "fib";
+  std::printf("  %9s  %-5s  %15s  %7s%s\n", "goroutine", "role", "iterations", "share",
+              preemption_column ? "  preemptions (whole run)" : "");
   int rows = std::min(n, table_rows);
   for (int i = 0; i < rows; ++i) {
     const Worker& w = workers[i];
     std::string share = CpuBound(w.role) ? absl::StrFormat("%6.2f%%", shares[i] * 100) : "     - ";
-    std::printf("  %9lld  %-5s  %15llu  %7s  %11llu\n", static_cast<long long>(w.id), RoleName(w.role),
-                static_cast<unsigned long long>(c1[i] - c0[i]), share.c_str(),
-                static_cast<unsigned long long>(w.preemptions));
+    std::string preemptions =
+        preemption_column ? absl::StrFormat("  %23llu", static_cast<unsigned long long>(w.preemptions)) : "";
+    std::printf("  %9lld  %-5s  %15llu  %7s%s\n", static_cast<long long>(w.id), RoleName(w.role),
+                static_cast<unsigned long long>(c1[i] - c0[i]), share.c_str(), preemptions.c_str());
   }
   if (rows < n) std::printf("  ... %d more goroutines (--table_rows)\n", n - rows);
   double fair_share = ncpu > 0 ? 100.0 / ncpu : 0;
@@ -709,14 +723,21 @@ int main(int argc, char** argv) {
                 ts.time.jain, ts.time.ratio);
   }
   if (sleeper && lateness_ms.empty()) {
-    std::printf("Sleeper (sleeps %s): never woke in the measured window (starved); preempted %llu times\n",
+    std::printf("Sleeper (sleeps %s): never woke in the measured window (starved); preempted %llu times in the "
+                "whole run\n",
                 absl::FormatDuration(interval).c_str(), static_cast<unsigned long long>(sleeper_preemptions));
   } else if (sleeper) {
-    std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu times\n",
+    std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu "
+                "times in the whole run\n",
                 absl::FormatDuration(interval).c_str(), lateness_ms.size(), p50, p99, lmax,
                 static_cast<unsigned long long>(sleeper_preemptions));
   }
-  std::printf("Preemptions: %llu async (signal), %llu cooperative; %llu signals sent; %llu steals; %d threads\n",
+  std::printf("Preemptions in the window: %llu async (signal), %llu cooperative; %llu signals sent; %llu steals\n",
+              static_cast<unsigned long long>(st1.async_preemptions - st0.async_preemptions),
+              static_cast<unsigned long long>(st1.cooperative_preemptions - st0.cooperative_preemptions),
+              static_cast<unsigned long long>(st1.preempt_signals_sent - st0.preempt_signals_sent),
+              static_cast<unsigned long long>(st1.steals - st0.steals));
+  std::printf("  in the whole run: %llu async (signal), %llu cooperative; %llu signals sent; %llu steals; %d threads\n",
               static_cast<unsigned long long>(st.async_preemptions),
               static_cast<unsigned long long>(st.cooperative_preemptions),
               static_cast<unsigned long long>(st.preempt_signals_sent),
@@ -726,12 +747,16 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
         "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
-        "\"wakeups\":%zu,\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu%s}\n",
+        "\"wakeups\":%zu,\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu,"
+        "\"window_async_preemptions\":%llu,\"window_cooperative_preemptions\":%llu,\"window_signals\":%llu%s}\n",
         workload.c_str(), used.max_procs, n, static_cast<long long>(absl::ToInt64Microseconds(used_slice)),
         used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
         lmax, lateness_ms.size(), static_cast<unsigned long long>(st.async_preemptions),
         static_cast<unsigned long long>(st.cooperative_preemptions),
         static_cast<unsigned long long>(st.preempt_signals_sent),
+        static_cast<unsigned long long>(st1.async_preemptions - st0.async_preemptions),
+        static_cast<unsigned long long>(st1.cooperative_preemptions - st0.cooperative_preemptions),
+        static_cast<unsigned long long>(st1.preempt_signals_sent - st0.preempt_signals_sent),
         turn_stats ? absl::StrFormat(",\"time_jain\":%.6f,\"time_min_max\":%.6f,\"turn_p50_ms\":%.4f,"
                                      "\"turn_p99_ms\":%.4f,\"rate_p10\":%.1f,\"rate_p50\":%.1f,\"rate_p90\":%.1f",
                                      ts.time.jain, ts.time.ratio, ts.len_p50, ts.len_p99, ts.rate_p10, ts.rate_p50,

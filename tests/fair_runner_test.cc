@@ -233,4 +233,42 @@ TEST(FairRunnerTest, GoroutinesStillStartingAfterTenSecondsAreAnError) {
   EXPECT_TRUE(absl::StrContains(o.text, " of 4 goroutines had started, and more were still starting")) << o.text;
 }
 
+// The number after `key` in `text` (a JSON field), or -1.
+long long JsonInt(const std::string& text, const std::string& key) {
+  size_t at = text.find("\"" + key + "\":");
+  long long v = -1;
+  if (at == std::string::npos || sscanf(text.c_str() + at + key.size() + 3, "%lld", &v) != 1) return -1;
+  return v;
+}
+
+// Preemptions are counted over the window apart from the whole run. The
+// "Preemptions:" line, the sleeper's count and the table's column all
+// counted the whole run, start-up and warm-up included, beside iterations
+// and shares that count the window. The totals are now read at both ends of
+// the window as well; the per-goroutine counts, which only the goroutine
+// itself can read, are labelled as the whole run's. On one P the first
+// spinner is preempted before the second can start, and the window opens
+// only after that, so the whole run has at least one more than the window.
+TEST(FairRunnerTest, PreemptionsInTheWindowAreCountedApartFromTheWholeRun) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // only the signal preempts a spinner
+  Output o = RunFair("--json --procs=1 --goroutines=2 --seconds=0.5 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  const long long window = JsonInt(o.text, "window_async_preemptions");
+  const long long whole = JsonInt(o.text, "async_preemptions");
+  EXPECT_GE(window, 1) << o.text;  // 50 turns of 10 ms
+  EXPECT_GT(whole, window) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, absl::StrFormat("\nPreemptions in the window: %d async (signal), ", window)))
+      << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, absl::StrFormat("\n  in the whole run: %d async (signal), ", whole))) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "  share  preemptions (whole run)\n")) << o.text;
+}
+
+// A fib goroutine only waits for its fib(16) trees, so its own preemption
+// count was a column of zeros; the table leaves the column out for fib.
+TEST(FairRunnerTest, TheFibTableHasNoPreemptionColumn) {
+  Output o = RunFair("--workload=fib --procs=1 --goroutines=2 --seconds=0.1 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "\n  goroutine  role        iterations    share\n")) << o.text;
+}
+
 }  // namespace
