@@ -1,8 +1,9 @@
 // goro-fair: the fairness runner.
 //
-// Runs N CPU-bound goroutines on P processors for a while and reports how the
-// CPU was shared: a table per goroutine (iterations, share, and preemptions
-// over the whole run), Jain's fairness index and the min/max share, the
+// Runs N CPU-bound goroutines on P processors for a while and reports how
+// evenly they got work done: a table per goroutine (iterations, share of the
+// iterations, and preemptions over the whole run), Jain's fairness index and
+// the min/max of those shares, the
 // preemption counters in the window and over the whole run, and the wake-up
 // lateness of a goroutine that sleeps in a loop beside them.
 //
@@ -75,7 +76,9 @@ ABSL_FLAG(double, min_jain, 0, "exit with status 1 if Jain's index is below this
 ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is below this (0 to 1; 0: no check)");
 ABSL_FLAG(double, max_p99_ms, 0,
           "exit with status 1 if the sleeper's p99 lateness is above this, or if it never woke (0: no limit)");
-ABSL_FLAG(std::string, plot, "", "write a PNG chart of the shares and the lateness CDF here (needs gnuplot)");
+ABSL_FLAG(std::string, plot, "",
+          "write a PNG chart of the CPU-bound goroutines' shares of the iterations and the sleeper's lateness CDF "
+          "here (needs gnuplot)");
 ABSL_FLAG(bool, json, false,
           "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
           "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window)");
@@ -412,9 +415,12 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
   if (mkdtemp(dir) == nullptr) return false;
   std::string d(dir);
   {
+    // The CPU-bound goroutines only: the others (--workload=mixed) count
+    // sleeps, yields and channel round trips, and have no share.
     std::ofstream f(d + "/shares.dat");
+    int bar = 0;
     for (size_t i = 0; i < ws.size(); ++i) {
-      f << i << " " << shares[i] * 100 << " \"" << ws[i].id << "\"\n";
+      if (CpuBound(ws[i].role)) f << bar++ << " " << shares[i] * 100 << " \"" << ws[i].id << "\"\n";
     }
   }
   {
@@ -429,7 +435,8 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
     f << "set terminal png size 1200,500\n"
       << "set output " << GnuplotQuoted(path) << "\n"
       << "set multiplot layout 1,2 title " << GnuplotQuoted(title) << "\n"
-      << "set title 'CPU share per goroutine'\nset ylabel 'share (%)'\nset xlabel 'goroutine id'\n"
+      << "set title 'Share of the iterations, per CPU-bound goroutine'\nset ylabel 'share of the iterations (%)'\n"
+      << "set xlabel 'goroutine id'\n"
       << "set style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\nunset key\n"
       << "plot '" << d << "/shares.dat' using 1:2:xtic(3) with boxes lc rgb '#4477aa'\n"
       << "set title 'Sleeper wake-up lateness (CDF)'\nset ylabel 'fraction of wake-ups'\n"
@@ -485,7 +492,8 @@ std::vector<char*> ParseFlags(int argc, char** argv) {
   };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU.\n"
+      "Runs CPU-bound goroutines on goro and reports how fairly they shared the CPU, as each one's share\n"
+      "of the iterations they did in the window (--turn_stats: also of the time they held a P).\n"
       "Example: goro-fair --workload=spin --procs=2 --goroutines=16 --seconds=3\n"
       "The window opens min(200 ms, seconds/10) after every goroutine has started (with async preemption\n"
       "off, where call-free spinners starve the rest, once none has started for max(100 ms, 4 slices)).\n"

@@ -1,9 +1,13 @@
 // goro-fair, the fairness runner, as a user runs it: its --turn_stats report
 // is consistent with what the scheduler can hand out, its report names the
 // settings the runtime ran with, and bad flags get one line naming them.
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -269,6 +273,40 @@ TEST(FairRunnerTest, TheFibTableHasNoPreemptionColumn) {
   Output o = RunFair("--workload=fib --procs=1 --goroutines=2 --seconds=0.1 --sleeper=false");
   ASSERT_EQ(o.exit_code, 0) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, "\n  goroutine  role        iterations    share\n")) << o.text;
+}
+
+// The contents of `path`, or "" if it cannot be read.
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The --plot chart shows shares of the iterations, not of the CPU, and only
+// for the CPU-bound goroutines: it was titled "CPU share per goroutine" and
+// gave the mixed workload's sleep, yield and chan goroutines bars of 0%.
+// A stand-in gnuplot earlier in PATH keeps the script and data it is given.
+TEST(FairRunnerTest, TheChartShowsSharesOfIterationsForCpuBoundGoroutinesOnly) {
+  char dir[] = "/tmp/fair-runner-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  {
+    std::ofstream f(d + "/gnuplot");
+    f << "#!/bin/sh\ncp \"$1\" \"$(dirname \"$1\")\"/shares.dat '" << d << "/'\n";
+  }
+  std::filesystem::permissions(d + "/gnuplot", std::filesystem::perms::owner_all);
+  // mixed: spin, sleep, spin, yield, asm, chan.
+  Output o = RunFair(absl::StrFormat("--workload=mixed --goroutines=6 --procs=1 --seconds=0.2 --plot=%s/chart.png", d),
+                     absl::StrFormat("PATH='%s':\"$PATH\"", d));
+  const std::string script = ReadFile(d + "/plot.gp");
+  const std::string bars = ReadFile(d + "/shares.dat");
+  std::filesystem::remove_all(d);
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(script, "set title 'Share of the iterations, per CPU-bound goroutine'")) << script;
+  EXPECT_FALSE(absl::StrContains(script, "CPU share")) << script;
+  std::vector<std::string> lines = absl::StrSplit(bars, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 3u) << bars;  // the two spin goroutines and the asm one
 }
 
 }  // namespace
