@@ -90,6 +90,7 @@ enum Op : uint8_t {
   kYield,           // Yield
   kSpawnHelper,     // Go a helper that increments a counter k times
   kPrivate,         // an operation on a private channel, against the model
+  kTimer,           // a goro::Timer: received, stopped, reset, or stopped late
   kNumOps
 };
 
@@ -352,6 +353,43 @@ void Worker(State* s, int w) {
         std::optional<absl::Time> t = goro::After(d).Recv();
         if (!t) Fail("After channel gave nullopt");
         CheckElapsed("After fired early", start, d);
+        break;
+      }
+      case kTimer: {
+        // A stopped Timer's channel never has a time; one received is never
+        // early, counted from the last Reset.
+        absl::Duration d = Tiny(a);
+        int64_t start = MonoNanos();
+        goro::Timer t(d);
+        auto nothing_left = [&t] {
+          std::optional<absl::Time> v;
+          return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 1;
+        };
+        switch ((a >> 3) & 3) {
+          case 0: {
+            std::optional<absl::Time> v = t.C().Recv();
+            if (!v) Fail("Timer channel gave nullopt");
+            CheckElapsed("Timer fired early", start, d);
+            break;
+          }
+          case 1:
+            if (t.Stop() && !nothing_left()) Fail("a Timer stopped before it fired had a time");
+            break;
+          case 2: {
+            absl::Duration d2 = Tiny(a >> 5);
+            int64_t reset = MonoNanos();
+            t.Reset(d2);
+            std::optional<absl::Time> v = t.C().Recv();
+            if (!v) Fail("reset Timer channel gave nullopt");
+            CheckElapsed("reset Timer fired early", reset, d2);
+            break;
+          }
+          default:
+            goro::SleepFor(d);  // fired by now, perhaps
+            t.Stop();
+            if (!nothing_left()) Fail("a Timer had a time after Stop");
+            break;
+        }
         break;
       }
       case kYield:
