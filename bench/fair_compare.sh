@@ -549,6 +549,16 @@ def ci_verdict(lo, hi, limit):
         return "**missed**"
     return "not resolved"
 
+def k_window(a):
+    """goro's async preemptions in the measured window: counted there by goro-fair
+    (window_async_preemptions), or, from an older goro-fair, the whole run's scaled to the window."""
+    r = a["result"]
+    if r.get("window_async_preemptions") is not None:
+        return r["window_async_preemptions"]
+    k = r.get("async_preemptions")
+    return None if k is None else k * a["seconds"] / (a["warmup"] + a["seconds"])
+
+
 def fmt_ci(lo, hi, cov, scale=1, d=2, unit=""):
     if lo is None:
         return "–"
@@ -643,9 +653,7 @@ for impl, slices in (("goro", ["10ms", "1ms", "200us"]), ("go", ["10ms"])):
         r_wall = med(a["result"]["throughput"] / b["result"]["throughput"] for a, b in ps)
         offs = [thr_cpu(b) for b in ok(off) if thr_cpu(b)]
         noise = (max(offs) - min(offs)) / statistics.median(offs) if len(offs) > 1 else None
-        pre = med(a["result"].get("async_preemptions") for a in ok(on))
-        el = med(a["warmup"] + a["seconds"] for a in ok(on))
-        rate = pre / el if pre is not None and el else None
+        rate = med(k_window(a) / a["seconds"] for a in ok(on) if k_window(a) is not None and a["seconds"])
         loss = 1 - r_use if r_use is not None else None
         lo, hi, cov = median_ci([1 - x for x in rc(qs if len(qs) >= 2 else ps)])
         tgt, v = "", ""
@@ -664,11 +672,10 @@ for impl, slices in (("goro", ["10ms", "1ms", "200us"]), ("go", ["10ms"])):
         costs = []
         for a, b in (qs if len(qs) >= 2 else ps):
             ta, tb = thr_cpu(a), thr_cpu(b)
-            k = a["result"].get("async_preemptions")
-            if not (ta and tb and k):
+            k_win = k_window(a)
+            if not (ta and tb and k_win):
                 continue
             cpu_s = cpu_frac(a) * a["seconds"]
-            k_win = k * a["seconds"] / (a["warmup"] + a["seconds"])
             costs.append((1 - ta / tb) * cpu_s / k_win * 1e6)
         res = None
         if noise is not None and rate:
@@ -678,8 +685,7 @@ P("")
 
 P("## d. CPU cost of one preemption (signal to resume)\n")
 P("### From c: (1 − on/off) × CPU-seconds in the window ÷ preemptions in the window\n")
-P("Preemptions in the window = goro's `async_preemptions` (counted over the whole run) × window ÷ "
-  "(warm-up + window). *resolution* = noise × CPU-seconds ÷ preemptions: a cost smaller than that cannot be "
+P("Preemptions in the window = goro-fair's `window_async_preemptions`. *resolution* = noise × CPU-seconds ÷ preemptions: a cost smaller than that cannot be "
   "told from zero with these runs.\n")
 P("| impl | slice | cost per preemption (µs) | interval (µs) | pairs used | resolution (µs) | target | met? | per pair (µs) |")
 P("| --- | --- | ---: | --- | --- | ---: | --- | --- | --- |")
@@ -717,14 +723,13 @@ for impl, sl in (("goro", "200us"), ("go", "10ms")):
         perf_sig = (a.get("perf") or {}).get("signal:signal_deliver")
         if perf_sig is not None:
             sigs.append(perf_sig)
-        k = a["result"].get("async_preemptions")
-        if k is not None:
-            own.append(k)
-        else:
-            k = perf_sig
-        if not k or not R:
+        k_win = k_window(a)
+        if k_win is not None:
+            own.append(a["result"].get("async_preemptions"))
+        elif perf_sig is not None:
+            k_win = perf_sig * a["seconds"] / (a["warmup"] + a["seconds"])
+        if not k_win or not R:
             continue
-        k_win = k * a["seconds"] / (a["warmup"] + a["seconds"])
         kwins.append(k_win)
         costs.append((C - I / R) / k_win * 1e6)
         mon.append((mon_frac(a) - mon_frac(b)) * a["seconds"] / k_win * 1e6)
