@@ -367,6 +367,12 @@ P* PidleGetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   if (p != nullptr) {
     sched.pidle = p->link;
     sched.npidle.fetch_sub(1, std::memory_order_relaxed);
+    // The last idle P is taken: a pending timer that a P blocked in a
+    // system call must now be handed over for is sysmon's to watch, and it
+    // may be asleep past it (it looked while this P was idle).
+    if (sched.pidle == nullptr) {
+      if (int64_t w = EarliestTimer(); w != 0) WakeSysmonForTimer(w);
+    }
   }
   return p;
 }
@@ -689,7 +695,11 @@ G* FindRunnable(M* m, bool* inherit) {
       // a system call. Sysmon hands it one of the blocked ones; it may have
       // looked last while a P was still idle, and sleep past the timer.
       if (np == nullptr) {
-        if (int64_t w = EarliestTimer(); TimerDueSoon(w, Nanotime())) WakeSysmonToRetry();
+        if (int64_t w = EarliestTimer(); TimerDueSoon(w, Nanotime())) {
+          WakeSysmonToRetry();
+        } else if (w != 0) {
+          WakeSysmonForTimer(w);  // an earlier timer woke it, and nobody sleeps for this one now
+        }
       }
       if (np != nullptr) {
         AcquireP(m, np);

@@ -667,9 +667,14 @@ void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption
 namespace preempt_signal {
 inline constexpr uint32_t kIdle = 0;
 inline constexpr uint32_t kSending = 1;  // sysmon decided; perhaps not yet sent
-inline constexpr uint32_t kSent = 2;     // tgkill returned: queued on the thread, or merged
+inline constexpr uint32_t kSent = 2;     // sent: queued on the thread, or merged
 inline uint32_t State(uint32_t word) { return word & 3; }
 inline uint32_t With(uint32_t word, uint32_t state) { return (word & ~3u) | state; }
+inline bool SameGeneration(uint32_t a, uint32_t b) { return (a >> 2) == (b >> 2); }
+// Sysmon sends the signal with rt_tgsigqueueinfo, si_code SI_QUEUE, and
+// si_value = kTag | the word it began: the handler tells it from anyone
+// else's SIGURG, and a late one of an earlier generation from the current.
+inline constexpr uint64_t kTag = uint64_t{0x676f726f} << 32;  // "goro"
 }  // namespace preempt_signal
 
 // On m's own thread, with the preemption signal unblocked: if a signal of

@@ -168,7 +168,8 @@ constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 // sent): it may be begun again.
 constexpr int64_t kLostPreemptSignalNs = 10 * 1000 * 1000;
 
-pid_t process_id = 0;  // getpid() is a system call: asked once, by SysmonMain
+pid_t process_id = 0;  // getpid() and getuid() are system calls: asked once, by SysmonMain
+uid_t user_id = 0;
 
 // Begins a signal to m unless one is in flight; on success *word is the
 // state word to pass to EndPreemptSignal or SendPreemptSignal.
@@ -191,7 +192,14 @@ void EndPreemptSignal(M* m, uint32_t word) {
 }
 
 void SendPreemptSignal(M* m, uint32_t word) {
-  if (::syscall(SYS_tgkill, process_id, m->tid, sched.preempt_signal) == 0) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  si.si_signo = sched.preempt_signal;
+  si.si_code = SI_QUEUE;
+  si.si_pid = process_id;
+  si.si_uid = user_id;
+  si.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(preempt_signal::kTag | word));
+  if (::syscall(SYS_rt_tgsigqueueinfo, process_id, m->tid, sched.preempt_signal, &si) == 0) {
     sched.preempt_signals_sent.fetch_add(1, std::memory_order_relaxed);
     m->signal_sent_at = Nanotime();
     // Fails if the handler has acknowledged it already.
@@ -241,6 +249,7 @@ void SysmonLoop() {
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
   process_id = getpid();
+  user_id = getuid();
   std::vector<PState> ps(sched.nprocs);
   struct RevokedM {
     M* m;

@@ -9,17 +9,18 @@
 //
 // It is safe to stop the goroutine only when all of these hold:
 //   - a signal of goro's is in flight to this M (M::signal_state), and this
-//     delivery is it: sent by sysmon (tgkill from this process), or any
-//     other once ours is marked sent. Standard signals do not queue: one
-//     sent while another of the same number is pending on the thread (a
-//     SIGURG the program queued to it, the kernel's for out-of-band data,
-//     another process's tgkill) merges with it, and the handler runs once,
-//     with the first one's siginfo; and the kernel delivers a thread's own
-//     pending signals before the process's, so a SIGURG of someone else's
-//     delivered after ours was sent means ours merged into it. A delivery
-//     while ours is only about to be sent is not ours. Any delivery that did
-//     not come from sysmon also goes to the previous handler, as does one
-//     with none of ours in flight;
+//     delivery is it: sent by sysmon for the current generation (SI_QUEUE
+//     from this process, with preempt_signal::kTag and the generation in
+//     si_value), or any other once ours is marked sent. Standard signals do
+//     not queue: one sent while another of the same number is pending on the
+//     thread (a SIGURG the program queued to it, the kernel's for
+//     out-of-band data, a late one of sysmon's from an earlier generation)
+//     merges with it, and the handler runs once, with the first one's
+//     siginfo; and the kernel delivers a thread's own pending signals before
+//     the process's, so another SIGURG delivered after ours was sent means
+//     ours merged into it. One delivered while ours is only about to be sent
+//     is not ours. Every delivery that did not come from sysmon also goes to
+//     the previous handler;
 //   - the M runs a goroutine (not g0) and is not halfway through a switch;
 //   - the goroutine is not in runtime code or a NoPreemptScope (preempt_off);
 //   - the preemption request is still pending (stackguard0 == kStackPreempt);
@@ -81,21 +82,26 @@ void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
 
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   int saved_errno = errno;
+  namespace ps = preempt_signal;
   M* m = CurrentM();
-  const bool from_sysmon = info->si_code == SI_TKILL && info->si_pid == our_pid;
+  const auto value = reinterpret_cast<uintptr_t>(info->si_value.sival_ptr);
+  const bool from_sysmon = info->si_code == SI_QUEUE && info->si_pid == our_pid && (value >> 32) == (ps::kTag >> 32);
+  const auto sent = static_cast<uint32_t>(value);  // the word sysmon began, if from_sysmon
   bool ours = false;
   if (m != nullptr) {
-    namespace ps = preempt_signal;
     uint32_t v = m->signal_state.load(std::memory_order_acquire);
-    // Sysmon may mark it sent meanwhile (the CAS fails): look again.
-    while (from_sysmon ? ps::State(v) != ps::kIdle : ps::State(v) == ps::kSent) {
+    // The signal in flight, or any other once it is marked sent (it merged
+    // into this one). A late one of an earlier generation while the current
+    // one is only begun is neither. Sysmon may mark it sent meanwhile (the
+    // CAS fails): look again.
+    while ((from_sysmon && ps::SameGeneration(v, sent) && ps::State(v) != ps::kIdle) || ps::State(v) == ps::kSent) {
       if (m->signal_state.compare_exchange_weak(v, ps::With(v, ps::kIdle), std::memory_order_acq_rel)) {
         ours = true;
         break;
       }
     }
   }
-  if (!ours || !from_sysmon) ForwardPreempt(sig, info, uctx_void);
+  if (!from_sysmon) ForwardPreempt(sig, info, uctx_void);
   if (!ours) {
     errno = saved_errno;
     return;

@@ -710,11 +710,9 @@ int Tgkill(int64_t tid, int sig) { return static_cast<int>(syscall(SYS_tgkill, g
 // No hogs, a slice far longer than the test: sysmon never asks for a
 // preemption, so every SIGURG here is the user's - including ones sent with
 // tgkill from this process to the thread of a goroutine running a call-free
-// loop in the executable, which look most like goro's own. Fails if goro's
-// handler swallows a SIGURG (count short), or lets one preempt (the loop's
-// goroutine or the stats count a preemption). Checked by hand: a handler that
-// takes every tgkill from this process for its own (no signal_state test)
-// forwards none of the 100 sent to the loop's thread.
+// loop in the executable (goro's own were sent that way until they carried a
+// tag). Fails if goro's handler swallows a SIGURG (count short), or lets one
+// preempt (the loop's goroutine or the stats count a preemption).
 [[noreturn]] void ForeignSigurgChild() {
   goro_test::Watchdog dog(absl::Seconds(25), "foreign SIGURG");
   InstallUserHandler(SIGURG);
@@ -782,9 +780,9 @@ TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerAndNeverPreempts) {
 
 // The same while goro's own SIGURGs fly (hogs on every P, 1 ms slices):
 // process-directed kill() and a plain thread's raise() still reach the user's
-// handler. (A user tgkill to a goroutine's thread cannot be told apart from
-// goro's own while one of goro's is pending, and standard signals coalesce,
-// so that case is tested only above, without requests.)
+// handler. (A user tgkill to a goroutine's thread is absorbed by one of
+// goro's pending there, since standard signals coalesce, so that case is
+// tested only above, without requests.)
 [[noreturn]] void ForeignSigurgWhilePreemptingChild() {
   goro_test::Watchdog dog(absl::Seconds(25), "foreign SIGURG while preempting");
   InstallUserHandler(SIGURG);
