@@ -146,8 +146,16 @@ int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   if (intptr_t off = goro::internal::goro_tls_g_offset; off != 0) asm volatile("movq %%fs:(%1), %0" : "=r"(g) : "r"(off));
   if (g == nullptr) return real(callback, data);
   auto* gp = static_cast<goro::internal::G*>(g);
-  gp->preempt_off.store(gp->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  int32_t n = gp->preempt_off.load(std::memory_order_relaxed);
+  gp->preempt_off.store(n + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  // The callbacks run with the loader's lock held, and may call goro, which
+  // needs the goroutine's P: get it back now if sysmon took it during an
+  // unmarked call, before the lock is taken. (Waiting for a P inside a
+  // callback could wait for ever: the M holding the only P may be blocked on
+  // that lock in this wrapper, with preemption deferred, so sysmon would not
+  // take its P.) Not in a signal handler, which must not wait for a P.
+  if (n == 0) goro::internal::EnsurePAfterEntryOutsideHandlers(gp);
   int r = real(callback, data);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   gp->preempt_off.store(gp->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);

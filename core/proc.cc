@@ -1269,6 +1269,21 @@ void FatalGoroCallInMarkedRegion() {
   FatalG("goro call inside a marked blocking region (goro::Syscall or SyscallScope); end the region first");
 }
 
+void EnsurePAfterEntryOutsideHandlers(G* g) {
+  M* m = CurrentM();
+  P* p = m->p;
+  if (p != nullptr && p->status.load(std::memory_order_relaxed) == P::Status::kRunning &&
+      p->m.load(std::memory_order_relaxed) == m) {
+    return;
+  }
+  sigset_t cur;
+  if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) != 0) return;
+  uint64_t bits;
+  memcpy(&bits, &cur, sizeof bits);  // the kernel's mask: 64 bits on x86-64
+  if (bits != m_sigmask_bits) return;
+  ReacquireP(m, g);
+}
+
 void ReacquireP(M* m, G* g) {
   P* p = m->p;
   // Sysmon is deciding (TryRevokeP): it sees our raised preempt_off and

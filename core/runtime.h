@@ -685,6 +685,11 @@ inline constexpr uint64_t kTag = uint64_t{0x676f726f} << 32;  // "goro"
 // so one is made, and a signal still marked sent afterwards is forgotten.
 void ForgetLostPreemptSignal(M* m);
 
+// EnsurePAfterEntry, except in a signal handler of the program's (a signal
+// mask other than the M's), which must not wait for a P: for
+// dl_iterate_phdr's wrapper (core/preempt.cc).
+void EnsurePAfterEntryOutsideHandlers(G* g);
+
 inline void EnsurePAfterEntry(G* g) {
   M* m = CurrentM();
   P* p = m->p;

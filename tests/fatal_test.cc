@@ -465,7 +465,9 @@ TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
 // only restores the default action and returns: the signal is then lost, and
 // later stack overflows go unreported since the handler is gone.
 TEST(FatalTest, SegvOrBusRaisedOnAGoroutineKillsTheProcess) {
-  if (goro_test::kAsanBuild) GTEST_SKIP() << "ASan build: ASan's SIGSEGV/SIGBUS handler, installed first, takes it";
+  if (goro_test::kAsanBuild || goro_test::kTsanBuild) {
+    GTEST_SKIP() << "sanitizer build: the sanitizer's SIGSEGV/SIGBUS handler, installed first, takes it";
+  }
   for (int sig : {SIGSEGV, SIGBUS}) {
     EXPECT_EXIT(
         {
@@ -479,7 +481,9 @@ TEST(FatalTest, SegvOrBusRaisedOnAGoroutineKillsTheProcess) {
 }
 
 TEST(FatalTest, SegvSentWithKillToTheProcessKillsIt) {
-  if (goro_test::kAsanBuild) GTEST_SKIP() << "ASan build: ASan's SIGSEGV/SIGBUS handler, installed first, takes it";
+  if (goro_test::kAsanBuild || goro_test::kTsanBuild) {
+    GTEST_SKIP() << "sanitizer build: the sanitizer's SIGSEGV/SIGBUS handler, installed first, takes it";
+  }
   EXPECT_EXIT(
       {
         RunInChild([] {
