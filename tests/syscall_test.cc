@@ -672,6 +672,9 @@ TEST(SyscallTest, TimerOnARunningPBesideABlockedPFiresOnTime) {
 }
 
 TEST(SyscallTest, TimerDueAfterTheLastIdlePIsTakenFiresOnTime) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: too slow to tell a 3 ms sleep's few ms of lateness from the bug's";
+  }
   EXPECT_CHILD_OK(TimerAfterTheLastIdlePIsTakenChild());
 }
 
