@@ -588,7 +588,7 @@ int MarkedPollAndRead(const int fds[2], int ms) {
         }
         const double median =
             PrintAndMedian("1 ms sleeps beside a spinner on 2 Ps, the other P blocked in a marked poll", slept_ms);
-        CHILD_CHECK(median < 5.0,
+        CHILD_CHECK(median < 7.0,  // 1.05 ms with the fix (up to 4-5 under load), 11-14 without
                     "the median 1 ms sleep took %.2f ms: a timer due on a running P waited for the blocked "
                     "P's 10 ms hand-off",
                     median);
