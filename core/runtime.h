@@ -220,9 +220,9 @@ struct M {
   void* park_arg = nullptr;
   uint64_t rand_state = 0;
   // The preemption signal in flight to this M, at most one: a word of
-  // namespace preempt_signal (below). Sysmon begins one before it decides to send (kSending),
-  // marks it kSent once tgkill has returned, and the handler acknowledges it
-  // (kIdle).
+  // namespace preempt_signal (below). Sysmon begins one before it decides
+  // to send (kSending), marks it kSent once its rt_tgsigqueueinfo has
+  // returned, and the handler acknowledges it (kIdle).
   std::atomic<uint32_t> signal_state{0};
   int64_t signal_sent_at = 0;  // sysmon's: when it last sent one
   // Between saving one context and restoring the next: never inject then.
