@@ -1271,17 +1271,9 @@ void FatalGoroCallInMarkedRegion() {
 
 void EnsurePAfterEntryOutsideHandlers(G* g) {
   M* m = CurrentM();
-  P* p = m->p;
-  if (p != nullptr && p->status.load(std::memory_order_relaxed) == P::Status::kRunning &&
-      p->m.load(std::memory_order_relaxed) == m) {
-    return;
-  }
+  if (HoldsItsP(m)) return;
   sigset_t cur;
-  if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) != 0) return;
-  uint64_t bits;
-  memcpy(&bits, &cur, sizeof bits);  // the kernel's mask: 64 bits on x86-64
-  if (bits != m_sigmask_bits) return;
-  ReacquireP(m, g);
+  if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) == 0 && IsMSignalMask(cur)) ReacquireP(m, g);
 }
 
 void ReacquireP(M* m, G* g) {

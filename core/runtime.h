@@ -5,11 +5,13 @@
 #define GORO_CORE_RUNTIME_H_
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -661,6 +663,15 @@ void MInitSignals(M* m);  // on a new M's thread: sigaltstack
 extern sigset_t m_sigmask;
 extern uint64_t m_sigmask_bits;
 void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption off
+// Whether `mask` is the one every M runs with. A thread whose mask differs
+// runs inside a signal handler of the program's (which blocks at least its
+// own signal), or changed its mask itself. The kernel's mask is 64 bits on
+// x86-64 (the rest of glibc's sigset_t is padding).
+inline bool IsMSignalMask(const sigset_t& mask) {
+  uint64_t bits;
+  memcpy(&bits, &mask, sizeof bits);
+  return bits == m_sigmask_bits;
+}
 
 // M::signal_state: a generation, bumped by each signal begun, times four,
 // plus the state.
@@ -690,14 +701,17 @@ void ForgetLostPreemptSignal(M* m);
 // dl_iterate_phdr's wrapper (core/preempt.cc).
 void EnsurePAfterEntryOutsideHandlers(G* g);
 
+// Whether m still holds its P (sysmon did not take it while m's goroutine
+// blocked in an unmarked call).
+inline bool HoldsItsP(M* m) {
+  P* p = m->p;
+  return p != nullptr && p->status.load(std::memory_order_relaxed) == P::Status::kRunning &&
+         p->m.load(std::memory_order_relaxed) == m;
+}
+
 inline void EnsurePAfterEntry(G* g) {
   M* m = CurrentM();
-  P* p = m->p;
-  if (p != nullptr && p->status.load(std::memory_order_relaxed) == P::Status::kRunning &&
-      p->m.load(std::memory_order_relaxed) == m) {
-    return;
-  }
-  ReacquireP(m, g);
+  if (!HoldsItsP(m)) ReacquireP(m, g);
 }
 
 }  // namespace goro::internal

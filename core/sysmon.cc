@@ -251,12 +251,15 @@ void SysmonLoop() {
   process_id = getpid();
   user_id = getuid();
   std::vector<PState> ps(sched.nprocs);
+  // How often a goroutine whose P was revoked is looked at, while its thread
+  // runs or has just been revoked (see the revoked_ms loop for the back-off).
+  constexpr int64_t kRevokedLookNs = kSysmonRecheckNs * 4;
   struct RevokedM {
     M* m;
     G* g;
     PState cpu;
     int64_t next_look = 0;  // back-off while its thread stays asleep
-    int64_t delay = kSysmonRecheckNs * 4;
+    int64_t delay = kRevokedLookNs;
   };
   std::vector<RevokedM> revoked_ms;
   const int64_t slice = sched.time_slice_ns;
@@ -471,8 +474,7 @@ void SysmonLoop() {
       // sleeps on in the kernel (a read that waits for good would otherwise
       // wake sysmon 5000 times a second), but at least every max_sleep: as
       // long as that, a goroutine back from its call may run without a P.
-      r.delay = v == Verdict::kBlocked ? std::min(r.delay * 2, std::max(max_sleep, kSysmonRecheckNs * 4))
-                                       : kSysmonRecheckNs * 4;
+      r.delay = v == Verdict::kBlocked ? std::min(r.delay * 2, std::max(max_sleep, kRevokedLookNs)) : kRevokedLookNs;
       r.next_look = now + r.delay;
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
         r.g->stackguard0.store(kStackPreempt, std::memory_order_release);

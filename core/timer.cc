@@ -238,14 +238,19 @@ Timer::Timer(absl::Duration d) : ch_(1) {
 
 Timer::~Timer() { Stop(); }
 
+// Stop, with state_->mu held.
+bool Timer::StopLocked() {
+  // Once DelTimer returns the callback is not running and will not run, so
+  // whatever it sent is in the buffer now, or was taken by a receiver.
+  if (internal::DelTimer(&state_->timer)) return true;
+  std::optional<absl::Time> stale;
+  return Select(OnRecv(ch_, &stale), OnDefault()) == 0;
+}
+
 bool Timer::Stop() {
   internal::RuntimeScope scope;
   state_->mu.Lock();
-  // Once DelTimer returns the callback is not running and will not run, so
-  // whatever it sent is in the buffer now, or was taken by a receiver.
-  bool stopped = internal::DelTimer(&state_->timer);
-  std::optional<absl::Time> stale;
-  if (!stopped && Select(OnRecv(ch_, &stale), OnDefault()) == 0) stopped = true;
+  bool stopped = StopLocked();
   state_->mu.Unlock();
   return stopped;
 }
@@ -253,9 +258,7 @@ bool Timer::Stop() {
 bool Timer::Reset(absl::Duration d) {
   internal::RuntimeScope scope;
   state_->mu.Lock();
-  bool stopped = internal::DelTimer(&state_->timer);
-  std::optional<absl::Time> stale;
-  if (!stopped && Select(OnRecv(ch_, &stale), OnDefault()) == 0) stopped = true;
+  bool stopped = StopLocked();
   state_->timer.when = internal::NanotimeIn(d);
   internal::AddTimer(&state_->timer);
   state_->mu.Unlock();

@@ -64,15 +64,6 @@ pid_t our_pid = 0;
 // registers, alignment, the XSAVE area, and the frames of the C++ it calls.
 uintptr_t TrampolineRoom() { return 8 + 8 + 15 * 8 + 64 + goro_xsave_size + 2048; }
 
-// Whether the interrupted code ran with another signal mask than its M's
-// (m_sigmask). The kernel's mask is 64 bits on x86-64 (the rest of glibc's
-// sigset_t is padding).
-bool InterruptedWithOtherSignalMask(const ucontext_t* uc) {
-  uint64_t mask;
-  memcpy(&mask, &uc->uc_sigmask, sizeof mask);
-  return mask != m_sigmask_bits;
-}
-
 void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
   // With no handler to call: SIG_DFL of SIGURG is to ignore it; for another
   // signal chosen by the user there is nothing sensible to do but ignore a
@@ -119,7 +110,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   // signal again (with back-off) rather than at its next look, up to a slice
   // later. Refusals above need no retry: the runtime code or the switch in
   // progress reaches a point that honours the request by itself.
-  if (InterruptedWithOtherSignalMask(uc)) {
+  if (!IsMSignalMask(uc->uc_sigmask)) {  // interrupted with another mask than its M's
     WakeSysmonToRetry();
     errno = saved_errno;
     return;

@@ -60,6 +60,7 @@ class Timer {
 
  private:
   struct State;
+  bool StopLocked();
   std::unique_ptr<State> state_;  // pinned: the timer heap points into it
   Chan<absl::Time> ch_;
 };
