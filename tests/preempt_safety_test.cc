@@ -853,15 +853,9 @@ TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerWhilePreempting) {
           sigemptyset(&urg);
           sigaddset(&urg, SIGURG);
           pthread_sigmask(SIG_BLOCK, &urg, nullptr);
-          siginfo_t si;
-          memset(&si, 0, sizeof si);
-          si.si_signo = SIGURG;
-          si.si_code = SI_QUEUE;
-          si.si_pid = getpid();
-          si.si_uid = getuid();
           const uint64_t user0 = user_signals.load();
-          CHILD_CHECK(syscall(SYS_rt_tgsigqueueinfo, getpid(), goro_test::ThreadId(), SIGURG, &si) == 0,
-                      "rt_tgsigqueueinfo: %s", strerror(errno));
+          int err = goro_test::QueueSignalToThisThread(SIGURG);
+          CHILD_CHECK(err == 0, "rt_tgsigqueueinfo: %s", strerror(err));
           const uint64_t sent0 = goro::GetStats().preempt_signals_sent;
           auto start = Now();
           while (goro::GetStats().preempt_signals_sent == sent0 && Since(start) < absl::Seconds(5)) {

@@ -806,14 +806,8 @@ std::atomic<int> foreign_sigurgs{0};
         const uint32_t begun = ps::With(v + 4, ps::kSending);
         m->signal_state.store(begun);  // as sysmon's BeginPreemptSignal
         const int before = foreign_sigurgs.load();
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        si.si_signo = SIGURG;
-        si.si_code = SI_QUEUE;
-        si.si_pid = getpid();
-        si.si_uid = getuid();
-        CHILD_CHECK(syscall(SYS_rt_tgsigqueueinfo, getpid(), goro_test::ThreadId(), SIGURG, &si) == 0,
-                    "rt_tgsigqueueinfo: %s", strerror(errno));
+        int err = goro_test::QueueSignalToThisThread(SIGURG);
+        CHILD_CHECK(err == 0, "rt_tgsigqueueinfo: %s", strerror(err));
         delivered = foreign_sigurgs.load() - before;
         after = m->signal_state.load();
         m->signal_state.store(ps::With(begun, ps::kIdle));  // as sysmon's EndPreemptSignal
@@ -894,15 +888,9 @@ std::atomic<int> foreign_sigurgs{0};
         sigaddset(&urg, SIGURG);
         pthread_sigmask(SIG_BLOCK, &urg, nullptr);
         const uint32_t first = ps::With(m->signal_state.load() + 4, ps::kSent);
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        si.si_signo = SIGURG;
-        si.si_code = SI_QUEUE;
-        si.si_pid = getpid();
-        si.si_uid = getuid();
-        si.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(ps::kTag | first));
-        CHILD_CHECK(syscall(SYS_rt_tgsigqueueinfo, getpid(), goro_test::ThreadId(), SIGURG, &si) == 0,
-                    "rt_tgsigqueueinfo: %s", strerror(errno));
+        int err = goro_test::QueueSignalToThisThread(
+            SIGURG, reinterpret_cast<void*>(static_cast<uintptr_t>(ps::kTag | first)));  // sysmon's form
+        CHILD_CHECK(err == 0, "rt_tgsigqueueinfo: %s", strerror(err));
         begun = ps::With(first + 4, ps::kSending);  // the re-send, begun and not yet sent
         m->signal_state.store(begun);
         pthread_sigmask(SIG_UNBLOCK, &urg, nullptr);  // the first one arrives here

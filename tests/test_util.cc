@@ -4,8 +4,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +91,17 @@ bool Eventually(const std::function<bool()>& cond, absl::Duration limit) {
 }
 
 int64_t ThreadId() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
+int QueueSignalToThisThread(int sig, void* value) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  si.si_signo = sig;
+  si.si_code = SI_QUEUE;
+  si.si_pid = getpid();
+  si.si_uid = getuid();
+  si.si_value.sival_ptr = value;
+  return syscall(SYS_rt_tgsigqueueinfo, getpid(), ThreadId(), sig, &si) == 0 ? 0 : errno;
+}
 
 void Spin(absl::Duration d) {
   auto start = Now();

@@ -142,6 +142,12 @@ inline absl::Duration Since(std::chrono::steady_clock::time_point t) {
 // The kernel thread id of the caller.
 int64_t ThreadId();
 
+// Queues `sig` to the calling thread as pthread_sigqueue would
+// (rt_tgsigqueueinfo, si_code SI_QUEUE from this process, si_value `value`):
+// a SIGURG of someone else's, or one of sysmon's form. Delivered before the
+// call returns unless the thread blocks it. Returns 0, or the errno.
+int QueueSignalToThisThread(int sig, void* value = nullptr);
+
 // Busy-waits for about `d` without calling into goro.
 void Spin(absl::Duration d);
 
