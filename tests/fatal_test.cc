@@ -435,6 +435,20 @@ TEST(FatalTest, GoAndRunOfAnEmptyCallable) {
                  goro::SleepFor(absl::Seconds(5));
                }),
                GOROUTINE_LINE("go of nil func value"));
+  // Too big for the inline buffer: it went to the AnyInvocable overload
+  // unchecked and died of bad_function_call in the new goroutine.
+  struct BigCallable {
+    std::function<void()> f;
+    char pad[100] = {};
+    void operator()() { f(); }
+    bool operator==(std::nullptr_t) const { return f == nullptr; }
+  };
+  static_assert(!goro::internal::kFitsInline<BigCallable>);
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go(BigCallable{});
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("go of nil func value"));
   EXPECT_DEATH(RunInChild([] { goro::Run(nullptr); }), GOROUTINE_LINE("go of nil func value"));
   // An empty std::function made a non-empty AnyInvocable, and Run ended in
   // "uncaught exception: bad_function_call" in the new goroutine.

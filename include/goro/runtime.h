@@ -122,16 +122,22 @@ void Go(absl::AnyInvocable<void() &&> fn);
 
 // The same for any callable that fits in a goroutine's 48-byte inline closure
 // buffer (a lambda capturing up to six pointers): no allocation at all.
-// Larger callables go through the AnyInvocable overload above.
+// Larger callables go through the AnyInvocable overload above, after the
+// check for an empty one (an AnyInvocable made from it would not be empty).
 template <typename F>
   requires(!std::is_same_v<std::decay_t<F>, absl::AnyInvocable<void() &&>> &&
-           std::is_invocable_v<std::decay_t<F>> && internal::kFitsInline<std::decay_t<F>>)
+           std::is_invocable_v<std::decay_t<F>> &&
+           (internal::kFitsInline<std::decay_t<F>> || internal::kMayBeNil<std::decay_t<F>>))
 void Go(F&& fn) {
   std::decay_t<F> f(std::forward<F>(fn));
   if constexpr (internal::kMayBeNil<std::decay_t<F>>) {
     if (f == nullptr) internal::FatalGoOfNilFunc();
   }
-  internal::GoClosure(&internal::kClosureOps<std::decay_t<F>>, &f);
+  if constexpr (internal::kFitsInline<std::decay_t<F>>) {
+    internal::GoClosure(&internal::kClosureOps<std::decay_t<F>>, &f);
+  } else {
+    Go(absl::AnyInvocable<void() &&>(std::move(f)));
+  }
 }
 
 // Puts the calling goroutine at the back of its processor's run queue, or at
