@@ -40,7 +40,9 @@ absl::Status ErrnoStatus(int err, absl::string_view op, int fd) {
   std::string what = absl::StrCat(op, " on fd ", fd);
   switch (err) {
     case EBADF:
-      return absl::FailedPreconditionError(absl::StrCat(what, ": not an open file descriptor"));
+      // Also an open fd used the wrong way: a read of a pipe's write end.
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": bad file descriptor (not open, or not open for this operation)"));
     case EPIPE:
       // Also a socket that was never connected, or a pipe with no reader.
       return absl::UnavailableError(absl::StrCat(what, ": broken pipe (no peer to receive it)"));
@@ -92,7 +94,7 @@ bool CommitIoWait(G* g, void* arg) {
 // Waits until fd may be ready for `mode`. Consumes a latched readiness.
 // `seq` is the PollDesc's sequence number when the operation registered the
 // fd: once it has changed, the file is closed, whatever now has its number.
-absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadline_ns, bool consume = true) {
+absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadline_ns) {
   if (deadline_ns < 0) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
   pd->lock.Lock();
   if (pd->seq != seq) {
@@ -101,7 +103,7 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   }
   bool& ready = mode == Mode::kRead ? pd->rready : pd->wready;
   if (ready) {
-    if (consume) ready = false;
+    ready = false;
     pd->lock.Unlock();
     return absl::OkStatus();
   }
@@ -132,10 +134,37 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   // since: its readiness latch is not ours to take.
   pd->lock.Lock();
   bool closed = pd->seq != seq;
-  if (!closed && consume) ready = false;
+  if (!closed) ready = false;
   pd->lock.Unlock();
   if (closed) return ClosedError(fd);
   return absl::OkStatus();
+}
+
+// WaitReadable / WaitWritable of a polled fd: waits until poll(2) finds it
+// ready for `mode` (or hung up, or in error), and waits for an edge between
+// looks. The latch alone would not do: one left from an edge whose data has
+// been read since said "ready" for ever (a caller that waits, reads until
+// EAGAIN and waits again spun), and a latch consumed by an earlier wait says
+// nothing of data still queued from before it. poll(2) says what is queued
+// now; an edge that comes after the latch is cleared sets it again, so the
+// wait after a look that found nothing ends when something arrives.
+absl::Status WaitReady(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadline_ns) {
+  for (;;) {
+    pollfd pfd{fd, static_cast<short>(mode == Mode::kRead ? POLLIN : POLLOUT), 0};
+    const int r = ::poll(&pfd, 1, 0);
+    if (r > 0) {
+      if (pfd.revents & POLLNVAL) return ErrnoStatus(EBADF, "poll", fd);
+      // The next Read reads first: the edge this wait may have consumed
+      // was what a Read after a short one would wait for.
+      if (mode == Mode::kRead) pd->drained.store(false, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    if (r < 0) {
+      if (const int err = Errno(); err != EINTR) return ErrnoStatus(err, "poll", fd);
+      continue;
+    }
+    if (absl::Status s = WaitIO(pd, fd, seq, mode, deadline_ns); !s.ok()) return s;
+  }
 }
 
 // For a blocking standard stream, which the poller does not watch: waits in
@@ -152,7 +181,9 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
     if (r == 0 && Nanotime() >= deadline_ns) {
       return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
     }
-    if (r < 0 && errno != EINTR) return ErrnoStatus(errno, "poll", fd);
+    if (r < 0) {
+      if (const int err = Errno(); err != EINTR) return ErrnoStatus(err, "poll", fd);
+    }
   }
 }
 
@@ -164,8 +195,13 @@ absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable, bool*
   if (stream != nullptr) *stream = false;
   EnsureStarted(Options{});
   *pd = PollDescFor(fd);
-  if (*pd == nullptr) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
-  switch ((*pd)->Register(fd, seq)) {
+  if (*pd == nullptr) {
+    if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " is not a valid descriptor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fd ", fd, " is beyond the poller's table (fds below ", kMaxPollFds, "): goro::io cannot wait on it"));
+  }
+  int error = 0;
+  switch ((*pd)->Register(fd, seq, &error)) {
     case PollDesc::Registration::kPolled:
       *pollable = true;
       return absl::OkStatus();
@@ -178,6 +214,8 @@ absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable, bool*
       return absl::OkStatus();
     case PollDesc::Registration::kClosed:
       return ClosedError(fd);
+    case PollDesc::Registration::kFailed:
+      return ErrnoStatus(error, "epoll_ctl (adding it to the poller)", fd);
     default:
       return ErrnoStatus(EBADF, "register", fd);
   }
@@ -203,20 +241,24 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     if (int64_t dl = internal::DeadlineNanos(deadline); stream && dl != 0) {
       if (absl::Status s = internal::PollBlocking(fd, POLLIN, dl); !s.ok()) return s;
     }
-    ssize_t r;
-    do {
-      r = Syscall([&] { return ::read(fd, buf, n); });
-    } while (r < 0 && errno == EINTR);  // a signal of the program's, without SA_RESTART
-    if (r < 0) return internal::ErrnoStatus(errno, "read", fd);
-    return static_cast<size_t>(r);
+    for (;;) {
+      ssize_t r = Syscall([&] { return ::read(fd, buf, n); });
+      if (r >= 0) return static_cast<size_t>(r);
+      // EINTR: a signal of the program's, without SA_RESTART.
+      if (const int err = internal::Errno(); err != EINTR) return internal::ErrnoStatus(err, "read", fd);
+    }
   }
   int64_t dl = internal::DeadlineNanos(deadline);
   if (dl >= 0 && pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
     // Not with a deadline already passed: such a Read means "what is there
     // now", and the wait would fail before looking.
+    // A deadline that passes before the edge is fetched still gets its read
+    // (below): the data may be there already.
     pd->drained.store(false, std::memory_order_relaxed);
-    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok() && !absl::IsDeadlineExceeded(s)) {
+      return s;
+    }
   }
   for (;;) {
     ssize_t r = ::read(fd, buf, n);
@@ -224,8 +266,9 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
       if (r > 0 && static_cast<size_t>(r) < n && pd->tcp) pd->MarkDrained();
       return static_cast<size_t>(r);
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN) return internal::ErrnoStatus(errno, "read", fd);
+    const int err = internal::Errno();
+    if (err == EINTR) continue;
+    if (err != EAGAIN) return internal::ErrnoStatus(err, "read", fd);
     if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
@@ -243,7 +286,7 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
     ssize_t r;
     if (pollable) {
       r = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
-      if (r < 0 && errno == ENOTSOCK) {
+      if (r < 0 && internal::Errno() == ENOTSOCK) {
         internal::tls_in_io_write = true;  // a pipe: SIGPIPE becomes EPIPE
         r = ::write(fd, p + done, n - done);
         internal::tls_in_io_write = false;
@@ -267,8 +310,9 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
       done += static_cast<size_t>(r);
       continue;
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN || !pollable) return internal::ErrnoStatus(errno, "write", fd);
+    const int err = internal::Errno();
+    if (err == EINTR) continue;
+    if (err != EAGAIN || !pollable) return internal::ErrnoStatus(err, "write", fd);
     if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
   }
   return done;
@@ -290,8 +334,9 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
       if (internal::PollDesc* cpd = internal::PollDescFor(c)) internal::InjectGList(cpd->ForgetStale());
       return c;
     }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN) return internal::ErrnoStatus(errno, "accept", listen_fd);
+    const int err = internal::Errno();
+    if (err == EINTR || err == ECONNABORTED) continue;
+    if (err != EAGAIN) return internal::ErrnoStatus(err, "accept", listen_fd);
     if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
@@ -302,27 +347,31 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   uint64_t seq;
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
-  int r;
+  int err = 0;
   bool retried = false;
-  while ((r = ::connect(fd, addr, len)) < 0 && errno == EINTR) retried = true;
-  if (r == 0) return absl::OkStatus();
+  while (::connect(fd, addr, len) < 0) {
+    err = internal::Errno();
+    if (err != EINTR) break;
+    retried = true;
+  }
+  if (err == 0) return absl::OkStatus();
   // A connect interrupted by a signal goes on in the background: asked
   // again, the kernel says it is under way (EALREADY) or done (EISCONN).
-  if (retried && errno == EISCONN) return absl::OkStatus();
+  if (retried && err == EISCONN) return absl::OkStatus();
   // EAGAIN is not "under way": no connection was started (a Unix-domain
   // listener's queue is full, or no local TCP port is free), as in Go.
-  if (errno != EINPROGRESS && errno != EALREADY) return internal::ErrnoStatus(errno, "connect", fd);
+  if (err != EINPROGRESS && err != EALREADY) return internal::ErrnoStatus(err, "connect", fd);
   int64_t dl = internal::DeadlineNanos(deadline);
   // As Go's netFD.connect: a wake-up proves nothing by itself (a readiness
   // latched before the connect began, say), so ask the socket each time.
   for (;;) {
     if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
-    int err = 0;
-    socklen_t elen = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
-      return internal::ErrnoStatus(errno, "getsockopt(SO_ERROR)", fd);
+    int so_error = 0;
+    socklen_t elen = sizeof so_error;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &elen) != 0) {
+      return internal::ErrnoStatus(internal::Errno(), "getsockopt(SO_ERROR)", fd);
     }
-    switch (err) {
+    switch (so_error) {
       case EINPROGRESS:
       case EALREADY:
       case EINTR:
@@ -333,11 +382,11 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
         sockaddr_storage peer;
         socklen_t plen = sizeof peer;
         if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) return absl::OkStatus();
-        if (errno != ENOTCONN) return internal::ErrnoStatus(errno, "getpeername", fd);
+        if (const int gerr = internal::Errno(); gerr != ENOTCONN) return internal::ErrnoStatus(gerr, "getpeername", fd);
         continue;  // woken before the connection exists
       }
       default:
-        return internal::ErrnoStatus(err, "connect", fd);
+        return internal::ErrnoStatus(so_error, "connect", fd);
     }
   }
 }
@@ -350,7 +399,7 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   if (stream) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
   if (!pollable) return absl::OkStatus();  // regular files are always ready
-  return internal::WaitIO(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline), /*consume=*/false);
+  return internal::WaitReady(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline));
 }
 
 absl::Status WaitWritable(int fd, absl::Time deadline) {
@@ -361,7 +410,7 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   if (stream) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
   if (!pollable) return absl::OkStatus();
-  return internal::WaitIO(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline), /*consume=*/false);
+  return internal::WaitReady(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline));
 }
 
 absl::Status Close(int fd) {
@@ -370,7 +419,7 @@ absl::Status Close(int fd) {
   internal::PollDesc* pd = internal::PollDescFor(fd);
   if (pd == nullptr) {
     // Beyond the poller's table: never registered, so nobody waits on it.
-    if (::close(fd) != 0) return internal::ErrnoStatus(errno, "close", fd);
+    if (::close(fd) != 0) return internal::ErrnoStatus(internal::Errno(), "close", fd);
     return absl::OkStatus();
   }
   pd->lock.Lock();
@@ -382,7 +431,7 @@ absl::Status Close(int fd) {
   // (PollDesc::kClosing): the file may still be this one, which close(2)
   // would take out of any epoll set it was added to meanwhile.
   const int r = ::close(fd);
-  const int err = errno;
+  const int err = internal::Errno();
   pd->lock.Lock();
   waiters = pd->FinishCloseLocked(closing_seq);
   pd->lock.Unlock();

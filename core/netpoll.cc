@@ -174,7 +174,7 @@ PollDesc* PollDescFor(int fd) {
   return &chunk[fd & (kChunkSize - 1)];
 }
 
-PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
+PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error) {
   lock.Lock();
   if (RegisteredLocked()) {
     *file_seq = seq;
@@ -246,16 +246,18 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq) {
     int protocol = 0;
     socklen_t len = sizeof protocol;
     tcp = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP;
-  } else if (errno == EPERM) {
+  } else if (const int err = Errno(); err == EPERM) {  // Errno(): this goroutine may have parked above
     state = Registration::kNotPollable;  // a regular file or a directory
-  } else if (errno == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
+  } else if (err == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
     // Already in the epoll set (epoll keys an entry on the open file and the
     // number): it now carries this seq's tag.
     state = Registration::kPolled;
     tcp = false;
   } else {
     lock.Unlock();
-    return bad;
+    if (err == EBADF || err == EEXIST) return bad;
+    *error = err;  // ENOSPC (max_user_watches), ENOMEM, ELOOP...
+    return Registration::kFailed;
   }
   Registration r = state;
   lock.Unlock();

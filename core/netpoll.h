@@ -37,7 +37,10 @@ struct PollDesc {
     // freed it (it does so before it returns), a new file. Register cannot
     // tell them apart, so it waits for FinishCloseLocked.
     kClosing,
-    // Only returned by Register, never stored: not an open fd ...
+    // Only returned by Register, never stored: epoll_ctl failed for another
+    // reason than the kind of file (errno in *error: ENOSPC, ENOMEM) ...
+    kFailed,
+    // ... not an open fd ...
     kBadFd,
     // ... or no longer one: Register found the number being closed, and
     // then free (the operation gets CancelledError, like one that was
@@ -46,11 +49,12 @@ struct PollDesc {
   };
 
   // Adds fd to epoll (and makes it non-blocking) if not done yet; says how
-  // the fd is to be waited on, and sets *file_seq to the current `seq`.
+  // the fd is to be waited on, and sets *file_seq to the current `seq`
+  // (and *error, for kFailed).
   // While io::Close is closing the fd (kClosing), parks the caller
   // (goroutine or plain thread; its deadline does not apply) until the
   // close is done, unless the number is free already (kClosed at once).
-  Registration Register(int fd, uint64_t* file_seq);
+  Registration Register(int fd, uint64_t* file_seq, int* error);
   // With `lock` held: ends the fd's current `seq`, deregisters it, sets
   // kClosing and returns its waiters (made runnable) as a list through
   // G::sched_link. io::Close then closes the fd and calls FinishCloseLocked.

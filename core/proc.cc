@@ -1432,6 +1432,11 @@ __attribute__((noinline)) void SetErrno(int v) {
   errno = v;
 }
 
+__attribute__((noinline)) int Errno() {
+  asm volatile("" ::: "memory");
+  return errno;
+}
+
 // Called by the trampoline (arch/preempt_*.S) on the goroutine's stack, with
 // every register saved and preempt_off raised by the signal handler.
 extern "C" void goro_async_preempt_go() {

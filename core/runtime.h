@@ -579,9 +579,13 @@ bool TryAcquireIdleP(M* m);
 // LockOSThread hand-off). Not moving keeps thread-local state - errno, whose
 // address the compiler may have computed before the call - valid.
 void ReacquirePOnSameThread(M* m, G* g);
-// Writes errno through a fresh call: errno's address is per thread, and a
-// goroutine may have moved since a function computed it.
+// Writes / reads errno through a fresh call: errno's address is per thread,
+// and a goroutine may have moved since a function computed it (GCC computes
+// it once per function: __errno_location is declared const). A function that
+// may park between a system call and reading its errno - every goro::io
+// loop - reads it with Errno().
 void SetErrno(int v);
+int Errno();
 
 // Blocking regions (core/syscall.cc).
 void EnterSyscall();

@@ -135,6 +135,14 @@ int Listen(sockaddr_in* addr, int backlog = SOMAXCONN) {
 
 int TcpSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0); }
 
+// Whether the poller has latched an edge for reading on pd.
+bool ReadyLatched(goro::internal::PollDesc* pd) {
+  pd->lock.Lock();
+  bool ready = pd->rready;
+  pd->lock.Unlock();
+  return ready;
+}
+
 const sockaddr* Sa(const sockaddr_in& a) { return reinterpret_cast<const sockaddr*>(&a); }
 
 // On a goroutine: connects socket c to the listener lfd at addr and accepts
@@ -964,9 +972,10 @@ TEST_F(IoTest, NewFileOnTheNumberOfAFileStillBeingClosedIsNotCancelled) {
 // handles only after the number was registered again by another file. The
 // test hands such an event to the poller's handler itself (the window in a
 // real run is a few instructions). Fails if the handler takes it for the new
-// file's: WaitReadable on the new, empty pipe then returns OK at once instead
-// of timing out. The same event with the new file's tag must mark it ready,
-// or the check would pass with a handler that drops everything.
+// file's: the new, empty pipe is then marked ready (and a Read would try it
+// at once). The same event with the new file's tag must mark it ready, or
+// the check would pass with a handler that drops everything. (WaitReadable
+// would not tell: it asks poll(2) whether the pipe is readable.)
 TEST_F(IoTest, StaleEventOfAClosedFileDoesNotMarkTheReusedNumberReady) {
   namespace internal = goro::internal;
   goro_test::RunBounded(
@@ -992,8 +1001,7 @@ TEST_F(IoTest, StaleEventOfAClosedFileDoesNotMarkTheReusedNumberReady) {
         stale.events = EPOLLIN;
         stale.data.u64 = internal::PollTag(q[0], old_seq);
         internal::InjectGList(internal::NetpollHandle(&stale, 1, /*blocking=*/false));
-        absl::Status s = io::WaitReadable(q[0], In(absl::Milliseconds(50)));
-        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << "the closed file's event made the new one ready: " << s;
+        EXPECT_FALSE(ReadyLatched(pd)) << "the closed file's event made the new one ready";
 
         pd->lock.Lock();
         uint64_t new_seq = pd->seq;
@@ -1001,8 +1009,7 @@ TEST_F(IoTest, StaleEventOfAClosedFileDoesNotMarkTheReusedNumberReady) {
         epoll_event current = stale;
         current.data.u64 = internal::PollTag(q[0], new_seq);
         internal::InjectGList(internal::NetpollHandle(&current, 1, /*blocking=*/false));
-        s = io::WaitReadable(q[0], In(absl::Seconds(5)));
-        EXPECT_TRUE(s.ok()) << "the new file's own event was dropped: " << s;
+        EXPECT_TRUE(ReadyLatched(pd)) << "the new file's own event was dropped";
 
         EXPECT_TRUE(io::Close(q[0]).ok());
         EXPECT_TRUE(io::Close(q[1]).ok());
@@ -1466,7 +1473,12 @@ TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadReturnsWhatIsQueued) {
         absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
         ASSERT_TRUE(r.ok() && *r == 10) << r.status();  // short: 10 of 100
         ASSERT_EQ(write(client, "abcdefghij", 10), 10);
-        ASSERT_TRUE(io::WaitReadable(server, In(absl::Seconds(10))).ok());  // queued, and its edge seen
+        // Queued, and its edge seen (not with WaitReadable, which would
+        // clear the short read's mark).
+        goro::internal::PollDesc* pd = goro::internal::PollDescFor(server);
+        for (int i = 0; i < 5000 && !ReadyLatched(pd); ++i) goro::SleepFor(absl::Milliseconds(1));
+        ASSERT_TRUE(ReadyLatched(pd));
+        ASSERT_TRUE(pd->drained.load());
         r = io::Read(server, buf, sizeof buf, absl::Now());
         ASSERT_TRUE(r.ok()) << r.status();
         EXPECT_EQ(std::string(buf, *r), "abcdefghij");
@@ -1569,6 +1581,197 @@ TEST_F(IoTest, ShortTcpReadBeforeAQueuedFinStillSeesTheEnd) {
       absl::Seconds(20));
   EXPECT_TRUE(io::Close(server).ok());
   close(client);
+}
+
+// A Read after a short one waits for the poller's edge first; if its
+// deadline passes before the edge is fetched, it still reads what is queued.
+// Made deterministic by hiding the edge: the byte is queued and the latch
+// cleared by hand, as if the poller had not yet fetched it. Fails (the Read
+// says DeadlineExceeded) if that wait's expiry ends the Read.
+TEST_F(IoTest, ReadAfterAShortOneWhoseDeadlinePassesBeforeTheEdgeStillReads) {
+  int client, server;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  goro_test::RunBounded(
+      [&] {
+        char buf[100];
+        ASSERT_EQ(write(client, "0123456789", 10), 10);
+        absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok() && *r == 10) << r.status();  // short: the next Read waits for an edge
+        goro::internal::PollDesc* pd = goro::internal::PollDescFor(server);
+        ASSERT_TRUE(pd->drained.load());
+        ASSERT_EQ(write(client, "x", 1), 1);
+        for (int i = 0; i < 5000 && !ReadyLatched(pd); ++i) goro::SleepFor(absl::Milliseconds(1));
+        pd->lock.Lock();
+        pd->rready = false;  // the edge, not yet fetched
+        pd->lock.Unlock();
+        r = io::Read(server, buf, sizeof buf, In(absl::Milliseconds(20)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(std::string(buf, *r), "x");
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(server).ok());
+  close(client);
+}
+
+// WaitReadable / WaitWritable wait for the fd to be ready now, not for a
+// readiness latched from an edge whose data has been taken since: a caller
+// that waits, reads (or writes) until EAGAIN with plain calls and waits again
+// must sleep in the second wait. Each first wait parks until a goroutine
+// makes the fd ready, so that the poller latches the edge. Fails if a
+// latched readiness alone makes the wait return (it then returns OK at
+// once, over and over: hundreds of thousands of times in the 300 ms).
+TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+  int sp[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp), 0);
+  goro_test::RunBounded(
+      [&] {
+        char c = 'x';
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(p[0], absl::InfinitePast())));  // registers it
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(20));
+          EXPECT_EQ(write(p[1], &c, 1), 1);
+        });
+        ASSERT_TRUE(io::WaitReadable(p[0], In(absl::Seconds(10))).ok());
+        ASSERT_EQ(read(p[0], &c, 1), 1);
+        int spurious = 0;
+        absl::Time end = In(absl::Milliseconds(300));
+        absl::Status s;
+        while ((s = io::WaitReadable(p[0], end)).ok() && spurious < 1000) {
+          if (read(p[0], &c, 1) < 0) ++spurious;
+        }
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_LE(spurious, 1) << "WaitReadable returned OK on an empty pipe";
+
+        // Fill the socket; the peer makes room, and it is filled again.
+        char block[4096] = {};
+        while (write(sp[0], block, sizeof block) > 0) {
+        }
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(20));
+          while (read(sp[1], block, sizeof block) > 0) {
+          }
+        });
+        ASSERT_TRUE(io::WaitWritable(sp[0], In(absl::Seconds(10))).ok());
+        while (write(sp[0], block, sizeof block) > 0) {
+        }
+        spurious = 0;
+        end = In(absl::Milliseconds(300));
+        while ((s = io::WaitWritable(sp[0], end)).ok() && spurious < 1000) {
+          if (write(sp[0], block, sizeof block) < 0) ++spurious;
+        }
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_LE(spurious, 1) << "WaitWritable returned OK on a full socket";
+        // And a wait that must end: the peer drains the socket.
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(20));
+          while (read(sp[1], block, sizeof block) > 0) {
+          }
+        });
+        EXPECT_TRUE(io::WaitWritable(sp[0], In(absl::Seconds(10))).ok());
+      },
+      absl::Seconds(30));
+  for (int fd : {p[0], p[1], sp[0], sp[1]}) EXPECT_TRUE(io::Close(fd).ok());
+}
+
+// WaitReadable after a short TCP read: the edge it waits for is the one the
+// next Read would have waited for, so the Read must not wait again. Fails
+// (the Read times out with the byte queued) if WaitReadable leaves the short
+// read's mark in place.
+TEST_F(IoTest, ReadAfterWaitReadableThatFollowedAShortReadReadsAtOnce) {
+  int client, server;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  goro_test::RunBounded(
+      [&] {
+        char buf[100];
+        ASSERT_EQ(write(client, "0123456789", 10), 10);
+        absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok() && *r == 10) << r.status();
+        goro::Go([&] {
+          goro::SleepFor(absl::Milliseconds(20));  // WaitReadable parks first
+          EXPECT_EQ(write(client, "y", 1), 1);
+        });
+        ASSERT_TRUE(io::WaitReadable(server, In(absl::Seconds(10))).ok());
+        r = io::Read(server, buf, sizeof buf, In(absl::Seconds(2)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(std::string(buf, *r), "y");
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(server).ok());
+  close(client);
+}
+
+// io::Connect reads errno after it has parked, perhaps on another thread:
+// through a stale address (GCC computes errno's once per function) it read
+// the first thread's errno. Here a Connect that never completes (the
+// listener's queue is full) is woken again and again as by a readiness that
+// proves nothing; each time getpeername says ENOTCONN and it must wait on,
+// to its deadline. Fails (the Connect ends early with an error getpeername
+// never gave, "Operation now in progress" or EAGAIN) if errno is read through
+// the address taken before a wait.
+TEST_F(IoTest, ConnectWokenOnAnotherThreadReadsThatThreadsErrno) {
+  sockaddr_in addr;
+  const int lfd = Listen(&addr, 0);
+  ASSERT_GE(lfd, 0);
+  int fill[4];
+  for (int& c : fill) {
+    c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    connect(c, Sa(addr), sizeof addr);
+  }
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(s, 0);
+  goro_test::RunBounded(
+      [&] {
+        goro::SleepFor(absl::Milliseconds(20));  // the queue fills
+        goro::internal::PollDesc* pd = goro::internal::PollDescFor(s);
+        std::atomic<bool> done{false};
+        absl::Status st;
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          st = io::Connect(s, Sa(addr), sizeof addr, In(absl::Milliseconds(500)));
+          done = true;
+          wg.Done();
+        });
+        int wakes = 0;
+        while (!done.load()) {
+          if (pd->wg.load() != nullptr) {
+            goro::internal::G* list = nullptr;
+            pd->lock.Lock();
+            pd->wready = true;
+            goro::internal::TakeWaiter(pd->wg, &list);
+            pd->lock.Unlock();
+            goro::internal::InjectGList(list);
+            ++wakes;
+          }
+          goro::SleepFor(absl::Microseconds(200));
+        }
+        wg.Wait();
+        EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st << " after " << wakes << " wake-ups";
+        EXPECT_GT(wakes, 0);
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(s).ok());
+  for (int c : fill) close(c);
+  close(lfd);
+}
+
+// The errors name what is wrong: an fd open, but not for this operation
+// (reading a pipe's write end) is not "not open"; an fd beyond the poller's
+// table is not "not valid".
+TEST_F(IoTest, ErrorsForAnFdOpenTheWrongWayAndForOneBeyondTheTable) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  char c;
+  absl::StatusOr<size_t> r = io::Read(p[1], &c, 1, In(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("not open for this operation"), std::string::npos) << r.status();
+  r = io::Read(goro::internal::kMaxPollFds, &c, 1, In(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("beyond the poller's table"), std::string::npos) << r.status();
+  EXPECT_TRUE(io::Close(p[0]).ok());
+  EXPECT_TRUE(io::Close(p[1]).ok());
 }
 
 // n concurrent loopback connections, each echoing a short message.

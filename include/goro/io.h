@@ -22,7 +22,12 @@
 // Errors are absl::Status values, never crashes:
 //   DeadlineExceededError  the deadline passed first;
 //   CancelledError         the fd was closed with io::Close while waiting;
-//   FailedPreconditionError (EBADF)  not an open file descriptor;
+//   FailedPreconditionError (EBADF)  not an open file descriptor, or not
+//                          open for the operation (a pipe's write end
+//                          read); also a second goroutine waiting to read
+//                          (or write) an fd another already waits on;
+//   InvalidArgumentError   a negative fd, or one beyond the poller's table
+//                          (4M fds);
 //   UnavailableError       the peer reset the connection (ECONNRESET), or a
 //                          write found nobody to receive it (EPIPE: the
 //                          peer closed, a socket never connected, a pipe
