@@ -60,8 +60,9 @@ int64_t Nanotime();
 // Nanotime() d from now, d taken as 0 if negative and as 100 years at most:
 // an infinite or centuries-long d would otherwise wrap into the past.
 int64_t NanotimeIn(absl::Duration d);
-// Nanotime() as of sysmon's last wake-up (or start-up): for bookkeeping that
-// needs no precision (how long a goroutine has waited), at the cost of a load.
+// Nanotime() as of sysmon's last wake-up (or start-up, or the end of an idle
+// spell: WakeSysmon): for bookkeeping that needs no precision (how long a
+// goroutine has waited), at the cost of a load.
 int64_t CoarseNanotime();
 
 // A goroutine's status. The comments say who owns the G in each state.
@@ -319,7 +320,8 @@ inline bool TimerDueSoon(int64_t timer0_when, int64_t now) {
 // by a TSC stamp (core/sysmon.cc).
 inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;
 // In observation mode sysmon looks at least every slice/kObservePerSlice
-// (but no more often than every kObserveMinNs) while any P runs.
+// (but no more often than every kObserveMinNs, and at least every 10 ms)
+// while any P runs.
 inline constexpr int64_t kObservePerSlice = 8;
 inline constexpr int64_t kObserveMinNs = 250 * 1000;
 

@@ -15,14 +15,14 @@
 //   - Longer slices (the default 10 ms): no stamp, since a TSC read on every
 //     schedule would cost Yield and spawn a noticeable fraction. Sysmon takes
 //     the time it first sees a slice's tick as its start; while any P runs it
-//     looks at least every slice/8 (and at least 250 us apart), so a slice
+//     looks at least every slice/8 (at least 250 us apart, at most 10 ms), so a slice
 //     ends at most 1/8 late (1.25 ms at 10 ms), and 50 us after a preemption
 //     it looks again, so the slice that follows a preemption - a sleeper
 //     beside a spinner, the case latency depends on - is timed to ~50 us.
 //     This costs about 900 wake-ups a second while goroutines run.
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
-// least 250 us) in observation mode. After asking a goroutine to yield, in
+// least 250 us) in observation mode, and never over 10 ms while a P runs. After asking a goroutine to yield, in
 // observation mode 50 us, to time the slice that follows; with stamps one
 // slice, since the stamp of the slice that follows times it. A request the
 // signal handler had to refuse (library code, signals blocked) wakes sysmon
@@ -265,10 +265,14 @@ void SysmonLoop() {
   const int64_t slice = sched.time_slice_ns;
   const bool stamped = sched.stamp_slices;
   // The longest sleep while any P runs: in observation mode it bounds how
-  // late a slice that began unobserved can end.
-  const int64_t max_sleep =
-      stamped ? std::min<int64_t>(10 * 1000 * 1000, slice)
-              : std::max<int64_t>(slice / kObservePerSlice, kObserveMinNs);
+  // late a slice that began unobserved can end. Never over 10 ms (Go's
+  // sysmon's longest sleep too): a P blocked in a system call is looked at
+  // no later than that, whatever the slice. (Entering a marked region wakes
+  // only a sysmon deep asleep; with a 10 s slice, slice/8 kept a goroutine
+  // queued behind a blocked P waiting 1.2 s.)
+  constexpr int64_t kLongestSleepNs = 10 * 1000 * 1000;
+  const int64_t max_sleep = std::min<int64_t>(
+      kLongestSleepNs, stamped ? slice : std::max<int64_t>(slice / kObservePerSlice, kObserveMinNs));
   // Stamped slices may be ended this much early by a look that comes then
   // anyway. After a request sysmon sleeps one slice, not until the next
   // slice's stamp (which comes a few microseconds later, once the goroutine
@@ -300,20 +304,29 @@ void SysmonLoop() {
       sched.sysmon_note.Clear();
       continue;
     }
-    if (next_trace != INT64_MAX) {
-      // Tracing: never sleep past the next line, even with nothing to run.
-      int64_t until = AllPsIdle() ? next_trace : std::min(next_trace, Nanotime() + std::max<int64_t>(sleep, 1000));
-      SleepUntil(until);
-    } else if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && AllPsIdle()) {
-      sched.sysmon_note.SleepUntil(at);  // a deadlock check is due (ExternalGDeleter)
-      sched.sysmon_note.Clear();
-    } else if (AllPsIdle()) {
+    // What sysmon wakes for even with nothing to run: the next schedtrace
+    // line, a deadlock check that is due.
+    int64_t wake_for = next_trace;
+    if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0) {
+      wake_for = std::min(wake_for, at);
+    }
+    if (AllPsIdle()) {
+      // Deep: the first P to run wakes it (WakeSysmon). Tracing or not: a
+      // sleep until the next line that nothing could end left a spinner
+      // that started meanwhile unpreempted, and a deadlock unreported,
+      // until that line.
       sched.sysmon_deep.store(true, std::memory_order_seq_cst);
-      if (AllPsIdle()) sched.sysmon_note.Sleep();
+      if (AllPsIdle()) {
+        if (wake_for == INT64_MAX) {
+          sched.sysmon_note.Sleep();
+        } else {
+          sched.sysmon_note.SleepUntil(wake_for);
+        }
+      }
       sched.sysmon_deep.store(false, std::memory_order_relaxed);
       sched.sysmon_note.Clear();
     } else {
-      SleepUntil(Nanotime() + std::max<int64_t>(sleep, 1000));
+      SleepUntil(std::min(wake_for, Nanotime() + std::max<int64_t>(sleep, 1000)));
     }
 
     int64_t now = Nanotime();
@@ -541,7 +554,12 @@ bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
 }
 
 void WakeSysmon() {
-  if (sched.sysmon_deep.load(std::memory_order_seq_cst)) sched.sysmon_note.Wakeup();
+  if (sched.sysmon_deep.load(std::memory_order_seq_cst)) {
+    // CoarseNanotime stood still while every P was idle; the goroutines
+    // this P runs may park (and stamp wait_since) before sysmon is up.
+    sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
+    sched.sysmon_note.Wakeup();
+  }
 }
 
 void WakeSysmonToRetry() { sched.sysmon_note.Wakeup(); }

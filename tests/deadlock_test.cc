@@ -63,6 +63,23 @@ TEST(DeadlockTest, ReportListsEveryGoroutineWithItsBacktrace) {
                "\t[^\n]*RecvForeverInDeadlockTest(.|\n)*goroutine 1 \\[chan send");
 }
 
+// With schedtrace on, sysmon sleeps until the next trace line while every P
+// is idle; the deadlock report, which sysmon makes 100 ms after the check
+// that asks for it, came only with that line (here in 100 s). Fails (the
+// watchdog's message instead of the report) if the tracing sleep ignores a
+// pending check.
+TEST(DeadlockTest, ReportedOnTimeWhileSchedtraceSleepsLong) {
+  EXPECT_DEATH(
+      {
+        setenv("GORODEBUG", "schedtrace=100000", 1);
+        RunExpectingDeadlock([] {
+          goro::Chan<int> c;
+          c.Recv();
+        });
+      },
+      kDeadlock);
+}
+
 TEST(DeadlockTest, SendForeverOnAChannel) {
   EXPECT_DEATH(RunExpectingDeadlock([] {
                  goro::Chan<int> c;

@@ -14,7 +14,9 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -174,6 +176,43 @@ TEST(DumpTest, ListsBlockedGoroutinesWithWhatTheyWaitFor) {
   }
   raise(SIGQUIT);
   _exit(0);  // not reached if the dump runs
+}
+
+// How long a goroutine has waited is timed from a coarse clock that sysmon
+// keeps; it stood still while every P was idle, so a goroutine that parked
+// just after an idle spell was shown as waiting the whole spell ("[chan
+// receive, 1 s]" after 20 ms). Fails if the clock is not brought up to date
+// when the runtime wakes from idle. (Passes vacuously if something kept a
+// P busy during the spell.)
+TEST(DumpTest, WaitAfterAnIdleSpellIsTimedFromItsStart) {
+  goro_test::RunBounded([] {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every P idle, sysmon asleep
+  std::string dump;
+  int64_t id = -1;
+  goro_test::RunBounded([&] {
+    goro::Chan<int> c;
+    goro::Chan<int64_t> ids(1);
+    goro::WaitGroup done;
+    done.Add(1);
+    goro::Go([c, ids, &done]() mutable {
+      ids.Send(goro::GoroutineId());
+      c.Recv();
+      done.Done();
+    });
+    id = ids.Recv().value_or(-1);
+    goro::SleepFor(absl::Milliseconds(20));
+    std::ostringstream out;
+    goro::DumpGoroutines(out);
+    dump = out.str();
+    c.Close();
+    done.Wait();
+  });
+  const std::string line = absl::StrCat("goroutine ", id, " [chan receive, ");
+  size_t at = dump.find(line);
+  ASSERT_NE(at, std::string::npos) << dump;
+  std::string waited = dump.substr(at + line.size(), dump.find(']', at) - at - line.size());
+  EXPECT_TRUE(absl::EndsWith(waited, " ms") && std::stoi(waited) < 1000)
+      << "a goroutine parked 20 ms ago shown waiting " << waited << "\n" << dump;
 }
 
 TEST(DumpTest, SigquitPrintsTheDumpAndExitsWithStatus2) {

@@ -597,6 +597,61 @@ int MarkedPollAndRead(const int fds[2], int ms) {
   ExitChild();
 }
 
+// With a very long slice (10 s: no preemption at all here) sysmon slept
+// slice/8 while a P ran, so a goroutine queued behind a P blocked in a marked
+// call waited up to 1.25 s for the hand-off instead of one sysmon tick. On 2
+// Ps: a spinner holds one P, the other's goroutine queues a goroutine and
+// blocks in a marked poll. Fails if the queued goroutine waits more than
+// 300 ms (about 1.25 s without the 10 ms cap on sysmon's sleep; a few ms with
+// it).
+void QueuedBehindABlockedPWithALongSliceChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "queued goroutine behind a blocked P, 10 s slice");
+  goro::Run(
+      [] {
+        int fds[2];
+        CHILD_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2: %s", strerror(errno));
+        std::atomic<bool> stop{false}, spinning{false};
+        goro::WaitGroup wg;
+        wg.Add(2);
+        goro::Go([&] {
+          spinning = true;
+          while (!stop.load(std::memory_order_relaxed)) {
+          }
+          wg.Done();
+        });
+        CHILD_CHECK(goro_test::Eventually(
+                        [&] {
+                          goro::Yield();
+                          return spinning.load();
+                        },
+                        absl::Seconds(10)),
+                    "the spinner never ran");
+        std::atomic<int64_t> ran_after_ns{-1};
+        const auto t0 = Now();
+        goro::Go([&] {  // onto this P's queue
+          ran_after_ns = absl::ToInt64Nanoseconds(Since(t0));
+          char c = 'x';
+          CHILD_CHECK(write(fds[1], &c, 1) == 1, "write: %s", strerror(errno));
+          wg.Done();
+        });
+        int polled = MarkedPollAndRead(fds, 3000);
+        stop = true;
+        wg.Wait();
+        CHILD_CHECK(polled == 1, "the poll returned %d before the queued goroutine wrote", polled);
+        const double ms = ran_after_ns.load() / 1e6;
+        fprintf(stderr, "the queued goroutine ran %.2f ms after it was queued\n", ms);
+        CHILD_CHECK(ms >= 0 && ms < 300, "the goroutine queued behind the blocked P waited %.2f ms", ms);
+        close(fds[0]);
+        close(fds[1]);
+      },
+      Opts(2, absl::Seconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, GoroutineQueuedBehindABlockedPWithALongSliceRunsSoon) {
+  EXPECT_CHILD_OK(QueuedBehindABlockedPWithALongSliceChild());
+}
+
 TEST(SyscallTest, TimerOnARunningPBesideABlockedPFiresOnTime) {
   EXPECT_CHILD_OK(TimerOnARunningPBesideABlockedPChild());
 }
