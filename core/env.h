@@ -61,8 +61,8 @@ Options CheckOptions(Options opts);
 
 // Called by every Run with its Options, those the runtime was started with and
 // those it runs with. Options are read once, by the call that starts the
-// runtime, and that is not always a Run: Go, After, a CondVar wait or an io
-// call start it with the defaults. So that a Run's Options are not dropped
+// runtime, and that is not always a Run: Go, After, a Timer, a CondVar wait
+// or an io call start it with the defaults. So that a Run's Options are not dropped
 // without a word, it names on stderr, in one line and only the first time,
 // each option the Run sets (not left at its default) that differs both from
 // what started the runtime and from what it runs with.

@@ -23,10 +23,11 @@
 // Finding work
 // ------------
 // FindRunnable, run by g0 of an M that holds a P, looks in this order:
-//   1. once every 61 schedule ticks, the global run queue first, so that a
-//      pair of goroutines handing the P back and forth through runnext cannot
-//      starve the global queue forever;
-//   2. the P's expired timers, then runnext, then the local ring;
+//   1. the P's expired timers (which may ready goroutines);
+//   2. once every 61 schedule ticks, the global run queue, so that a pair of
+//      goroutines handing the P back and forth through runnext cannot starve
+//      the global queue forever (deferred by one schedule when a timer has
+//      just readied a goroutine here); then runnext, then the local ring;
 //   3. the global run queue (a mutex-protected list: the only global lock on
 //      a scheduling path): a fair share of it moves into the local ring, as
 //      in Go, but preempted goroutines are taken only one at a time (see

@@ -18,8 +18,8 @@ namespace goro {
 
 // Tunables of the runtime. They are read once, by the call that starts the
 // runtime: the first Run, unless a call that needs the runtime came before it
-// and started it with the defaults - Go, After, a CondVar wait or a goro::io
-// call (not SleepFor or SleepUntil on a plain thread). Later calls cannot
+// and started it with the defaults - Go, After, a Timer, a CondVar wait or a
+// goro::io call (not SleepFor or SleepUntil on a plain thread). Later calls cannot
 // change them; the first Run whose Options are ignored so says on stderr, in
 // one line naming them. The environment (GOROMAXPROCS, GORODEBUG) is read at
 // the same moment; see docs/environment.md. A value that cannot work is a
