@@ -827,6 +827,13 @@ G* FinishSwitchOnG0(M* m) {
   tls_g = nullptr;
   SwitchRequest req = m->request;
   m->request = SwitchRequest::kNone;
+  // A mask the goroutine set is its own while it holds the thread: not left
+  // to whatever runs here next (signals/sigmask.cc). A wired goroutine keeps
+  // its thread, and one back from a blocking region waits for this thread.
+  if (m->sigmask_changed && (req == SwitchRequest::kExit ||
+                             (g->locked_m == nullptr && req != SwitchRequest::kSyscallExit))) {
+    RestoreMSignalMask(m);
+  }
   switch (req) {
     case SwitchRequest::kPark: {
       auto commit = m->park_commit;
@@ -1071,6 +1078,7 @@ void GoroutineMain(void* arg) {
 bool TryYieldDirect(M* m, G* g1) {
   P* p = m->p;
   if (g1->locked_m != nullptr || sched.runq_size.load(std::memory_order_relaxed) > 0) return false;
+  if (m->sigmask_changed) return false;  // via g0, which restores the mask
   if ((p->schedtick.load(std::memory_order_relaxed) + 1) % 16 == 0) return false;
   bool inherit;
   G* g2 = p->runq.Get(&inherit);
@@ -1332,6 +1340,14 @@ void ParkPreempted(G* g, bool async) {
 }  // namespace
 
 void PreemptCooperative() {
+  // Not inside a signal handler of the program's (its signal, at least, is
+  // blocked there), which would return on another thread: the request stays
+  // pending until a safe point outside it, as the async path's does. A mask
+  // the goroutine set itself is no handler's (sigmask_changed).
+  if (M* m = CurrentM(); !m->sigmask_changed) {
+    sigset_t cur;
+    if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) == 0 && !IsMSignalMask(cur)) return;
+  }
   G* g = CurrentGoroutine();
   g->preempt_off.fetch_add(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -230,6 +230,11 @@ struct M {
   int64_t signal_sent_at = 0;  // sysmon's: when it last sent one
   // Between saving one context and restoring the next: never inject then.
   std::atomic<bool> in_switch{false};
+  // The goroutine running here changed the thread's signal mask (with
+  // pthread_sigmask or sigprocmask: signals/sigmask.cc) to another than the
+  // runtime's; g0 restores it when that goroutine leaves the thread. Only
+  // this M's thread touches it.
+  bool sigmask_changed = false;
   // LockOSThread: the goroutine wired to this M, and one handed to it to run.
   G* locked_g = nullptr;
   G* next_g = nullptr;
@@ -669,6 +674,9 @@ void MInitSignals(M* m);  // on a new M's thread: sigaltstack
 extern sigset_t m_sigmask;
 extern uint64_t m_sigmask_bits;
 void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption off
+// On m's g0: gives the thread the runtime's mask back, after a goroutine
+// that changed it left (signals/sigmask.cc).
+void RestoreMSignalMask(M* m);
 // Whether `mask` is the one every M runs with. A thread whose mask differs
 // runs inside a signal handler of the program's (which blocks at least its
 // own signal), or changed its mask itself. The kernel's mask is 64 bits on

@@ -16,6 +16,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1200,6 +1201,146 @@ TEST(PreemptSafetyTest, ForkExecChildStartsWithDefaultSignalState) {
 TEST(PreemptSafetyTest, RuntimeThreadsKeepTheProgramsBlockedSignals) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(BlockedSignalChild());
+}
+
+// ---------------------------------------------------------------------------
+// A signal mask a goroutine sets is its own while it holds the thread.
+//
+// The preemption handler takes a thread whose mask is not the runtime's for
+// one inside a signal handler of the program's, and declines to preempt
+// there. A goroutine that blocked a signal and then exited (or migrated
+// before it unblocked it) used to leave the block on its thread, and no
+// call-free goroutine that ran there later could ever be preempted. On one P:
+// a goroutine blocks SIGUSR2 and exits; the asm loop that follows must still
+// be preempted, so that the main goroutine runs beside it. Fails (watchdog,
+// or the main goroutine runs only after the loop was stopped) if the mask is
+// left on the thread. Also checks that a goroutine wired with LockOSThread
+// keeps the mask it set across a park.
+
+[[noreturn]] void MaskLeftByAnExitedGoroutineChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "a mask left by an exited goroutine");
+  static Spin spin;
+  static std::atomic<bool> stop_by_thread{false};
+  // A plain thread stops the loop after 5 s, so that a failure is a failed
+  // check rather than the watchdog.
+  std::thread stopper([] {
+    for (int i = 0; i < 500 && spin.stop.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (spin.stop.load() == 0) stop_by_thread = true;
+    spin.stop = 1;
+  });
+  goro::Run(
+      [] {
+        sigset_t usr2;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          CHILD_CHECK(pthread_sigmask(SIG_BLOCK, &usr2, nullptr) == 0, "pthread_sigmask failed");
+          wg.Done();
+        });
+        wg.Wait();
+        // Wired: the mask it sets survives a park on its own thread.
+        wg.Add(1);
+        goro::Go([&] {
+          goro::LockOSThread();
+          CHILD_CHECK(sigprocmask(SIG_BLOCK, &usr2, nullptr) == 0, "sigprocmask failed");
+          goro::SleepFor(absl::Milliseconds(2));
+          sigset_t cur;
+          pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+          CHILD_CHECK(sigismember(&cur, SIGUSR2) == 1, "a wired goroutine's mask was reset by a park");
+          wg.Done();
+        });
+        wg.Wait();
+        wg.Add(1);
+        goro::Go([&] {
+          sigset_t cur;
+          pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+          CHILD_CHECK(sigismember(&cur, SIGUSR2) == 0, "a new goroutine found SIGUSR2 blocked on its thread");
+          spin.Run(goro_test_spin_until);
+          wg.Done();
+        });
+        while (!spin.Started()) goro::Yield();
+        CHILD_CHECK(spin.stop.load() == 0 && !stop_by_thread.load(),
+                    "the main goroutine ran only after the loop was stopped: it was never preempted");
+        spin.stop = 1;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(1)));
+  stopper.join();
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, MaskSetByAGoroutineDoesNotOutliveItOnTheThread) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(MaskLeftByAnExitedGoroutineChild());
+}
+
+// A signal handler of the program's that reaches a safe point (Checkpoint,
+// the end of a NoPreemptScope) while a preemption request is pending must
+// not be switched out: it would return (sigreturn) on another thread. Four
+// goroutines run Checkpoint loops on 2 Ps with 100 us slices, noting their
+// thread; a plain thread sends those threads SIGALRM every 500 us, and its
+// handler runs a Checkpoint loop of its own. Fails if any handler ends on another thread than it began on (or the
+// process crashes: two threads on one alternate stack).
+std::atomic<long> alarm_handlers{0}, alarm_moved{0};
+
+void CheckpointingAlarmHandler(int) {
+  if (goro::GoroutineId() == 0) return;
+  const long tid = syscall(SYS_gettid);
+  for (int i = 0; i < 2000; ++i) {
+    for (int k = 0; k < 50; ++k) asm volatile("");
+    goro::Checkpoint();
+    goro::NoPreemptScope scope;
+  }
+  if (syscall(SYS_gettid) != tid) alarm_moved++;
+  alarm_handlers++;
+}
+
+[[noreturn]] void CheckpointInAHandlerChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "Checkpoint inside a signal handler");
+  goro::Run([] {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = CheckpointingAlarmHandler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, nullptr);
+    std::atomic<bool> stop{false};
+    std::atomic<long> tids[4] = {};
+    goro::WaitGroup wg;
+    for (int i = 0; i < 4; ++i) {
+      wg.Add(1);
+      goro::Go([&, i] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          tids[i].store(syscall(SYS_gettid), std::memory_order_relaxed);
+          goro::Checkpoint();
+        }
+        wg.Done();
+      });
+    }
+    std::thread sender([&] {
+      const pid_t pid = getpid();
+      for (int n = 0; !stop.load(); ++n) {
+        if (long tid = tids[n % 4].load(); tid != 0) syscall(SYS_tgkill, pid, tid, SIGALRM);
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    });
+    goro::SleepFor(absl::Milliseconds(400));
+    stop = true;
+    sender.join();
+    wg.Wait();
+  }, Opts(2, absl::Microseconds(100)));
+  fprintf(stderr, "%ld handlers on goroutines, %ld ended on another thread\n", alarm_handlers.load(),
+          alarm_moved.load());
+  CHILD_CHECK(alarm_moved.load() == 0, "%ld of %ld handlers were switched to another thread", alarm_moved.load(),
+              alarm_handlers.load());
+  CHILD_CHECK(alarm_handlers.load() > 20, "only %ld handlers ran on goroutines", alarm_handlers.load());
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, SafePointInsideAProgramsSignalHandlerDoesNotSwitch) {
+  EXPECT_CHILD_OK(CheckpointInAHandlerChild());
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+// A goroutine's changes to its thread's signal mask.
+//
+// A signal mask belongs to a thread, and a goroutine borrows one. goro
+// interposes pthread_sigmask and sigprocmask so that a change made on a
+// goroutine lasts only while that goroutine holds the thread: the M notes
+// that its mask is no longer the runtime's (M::sigmask_changed), and when
+// the goroutine leaves the thread - it parks, yields, is preempted or exits -
+// g0 puts the runtime's mask back (RestoreMSignalMask, from
+// FinishSwitchOnG0). A goroutine wired with LockOSThread keeps its mask
+// until it exits. Without this, a goroutine that blocked a signal and exited
+// (or migrated before restoring it) left the block on the thread, and the
+// preemption handler, which takes any mask but the M's for a signal handler
+// of the program's and declines to preempt there, never again preempted a
+// call-free goroutine on that thread.
+//
+// glibc's own callers (posix_spawn, system, sigsuspend) change the mask
+// through internal entry points and restore it themselves; they do not pass
+// through here.
+#include <dlfcn.h>
+#include <signal.h>
+
+#include <atomic>
+
+#include "core/runtime.h"
+
+// The static libc's entry point behind its weak pthread_sigmask; in a
+// dynamic program dlsym(RTLD_NEXT) finds libc's pthread_sigmask instead.
+extern "C" int __pthread_sigmask(int how, const sigset_t* set, sigset_t* old) __attribute__((weak));
+extern "C" int __sigprocmask(int how, const sigset_t* set, sigset_t* old) __attribute__((weak));
+
+namespace goro::internal {
+namespace {
+
+using MaskFn = int (*)(int, const sigset_t*, sigset_t*);
+
+MaskFn Resolve(const char* name, MaskFn fallback) {
+  auto f = reinterpret_cast<MaskFn>(dlsym(RTLD_NEXT, name));
+  return f != nullptr ? f : fallback;
+}
+
+// Resolved before main (dlsym is not async-signal-safe, and pthread_sigmask
+// is); a call from an earlier static constructor resolves it itself.
+std::atomic<MaskFn> real_pthread_sigmask{nullptr};
+std::atomic<MaskFn> real_sigprocmask{nullptr};
+
+MaskFn RealPthreadSigmask() {
+  MaskFn f = real_pthread_sigmask.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = Resolve("pthread_sigmask", __pthread_sigmask);
+    real_pthread_sigmask.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+MaskFn RealSigprocmask() {
+  MaskFn f = real_sigprocmask.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = Resolve("sigprocmask", __sigprocmask);
+    real_sigprocmask.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+__attribute__((constructor(101))) void ResolveMaskFunctions() {
+  RealPthreadSigmask();
+  RealSigprocmask();
+}
+
+// After a successful change by the program on a goroutine: whether the
+// thread's mask is now another than the runtime's.
+void NoteMaskChange() {
+  M* m = CurrentM();
+  if (m == nullptr || m->curg == nullptr) return;  // a plain thread, or the runtime on g0
+  sigset_t cur;
+  if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return;
+  m->sigmask_changed = !IsMSignalMask(cur);
+}
+
+}  // namespace
+
+void RestoreMSignalMask(M* m) {
+  RealPthreadSigmask()(SIG_SETMASK, &m_sigmask, nullptr);
+  m->sigmask_changed = false;
+}
+
+}  // namespace goro::internal
+
+extern "C" int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  int r = goro::internal::RealPthreadSigmask()(how, set, old);
+  if (r == 0 && set != nullptr) goro::internal::NoteMaskChange();
+  return r;
+}
+
+extern "C" int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  int r = goro::internal::RealSigprocmask()(how, set, old);
+  if (r == 0 && set != nullptr) goro::internal::NoteMaskChange();
+  return r;
+}
