@@ -34,6 +34,12 @@
  * goroutine is resumed, perhaps on another thread, the call returns and
  * everything is restored. `ret $128` returns to the interrupted PC and skips
  * the red zone, so the stack pointer is exactly what it was.
+ *
+ * Unwind info is right at every instruction, since a profiler's signal may
+ * land on any: CFA = rsp + 136 at entry and at the `ret`, 8 more per push,
+ * 8 less per pop, and based on %rbp in between; every saved register is
+ * described (the interrupted code's caller-saved registers matter too: this
+ * is a signal frame, whose caller was stopped anywhere).
  */
         .text
         .globl  goro_async_preempt
@@ -50,28 +56,37 @@ goro_async_preempt:
         .cfi_adjust_cfa_offset 8
         pushq   %rax
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rax, 0
         pushq   %rbx
         .cfi_adjust_cfa_offset 8
         .cfi_rel_offset rbx, 0
         pushq   %rcx
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rcx, 0
         pushq   %rdx
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rdx, 0
         pushq   %rsi
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rsi, 0
         pushq   %rbp
         .cfi_adjust_cfa_offset 8
         .cfi_rel_offset rbp, 0
         pushq   %rdi
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rdi, 0
         pushq   %r8
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r8, 0
         pushq   %r9
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r9, 0
         pushq   %r10
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r10, 0
         pushq   %r11
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r11, 0
         pushq   %r12
         .cfi_adjust_cfa_offset 8
         .cfi_rel_offset r12, 0
@@ -108,23 +123,54 @@ goro_async_preempt:
         movl    goro_xsave_mask+4(%rip), %edx
         xrstor64 (%rsp)                      /* the extended state */
         movq    %rbp, %rsp                   /* back to the GPR frame */
-        .cfi_def_cfa_register rsp
+        .cfi_def_cfa_register rsp            /* CFA = rsp + 264, then 8 less per pop */
         popq    %r15
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r15
         popq    %r14
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r14
         popq    %r13
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r13
         popq    %r12
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r12
         popq    %r11
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r11
         popq    %r10
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r10
         popq    %r9
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r9
         popq    %r8
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r8
         popq    %rdi
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rdi
         popq    %rbp
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rbp
         popq    %rsi
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rsi
         popq    %rdx
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rdx
         popq    %rcx
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rcx
         popq    %rbx
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rbx
         popq    %rax
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rax
         popfq                                /* flags last: nothing after changes them */
+        .cfi_adjust_cfa_offset -8            /* CFA = rsp + 136, as at entry */
         ret     $128                         /* to the interrupted PC, over the red zone */
         .cfi_endproc
         .size   goro_async_preempt, .-goro_async_preempt

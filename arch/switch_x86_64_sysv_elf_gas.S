@@ -17,6 +17,15 @@
  *
  * goro_start_context is where a fresh context begins: its first frame holds
  * the entry function in r12 and its argument in r13 (see MakeContext).
+ *
+ * Unwind info is right at every instruction, since a profiler's signal (or
+ * a SIGQUIT dump) may land on any: every push and pop is described, and
+ * from the `subq` to the `addq` CFA = rsp + GORO_FRAME_SIZE. Both stay true
+ * across the switch, as the frame switched to has the same layout: from
+ * there on they describe the context switched to, whose return address is
+ * in its frame. A fresh context's is goro_start_context, and unwinders look
+ * a return address up one byte before it (at the call that pushed it), so
+ * goro_start_context's unwind info begins with a `nop` that never runs.
  */
 #include "frame_x86_64.h"
 
@@ -28,18 +37,24 @@ goro_switch_context:
         .cfi_startproc
         pushq   %rbp                         /* callee-saved GPRs, in frame order */
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rbp, 0
         pushq   %rbx
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rbx, 0
         pushq   %r12
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r12, 0
         pushq   %r13
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r13, 0
         pushq   %r14
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r14, 0
         pushq   %r15
         .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r15, 0
         subq    $8, %rsp                     /* room for the FPU control words */
-        .cfi_adjust_cfa_offset 8
+        .cfi_adjust_cfa_offset 8             /* CFA = rsp + GORO_FRAME_SIZE, on either stack */
         stmxcsr GORO_FRAME_FPU(%rsp)         /* SSE control/status */
         fnstcw  GORO_FRAME_FPU+4(%rsp)       /* x87 control word */
         movq    %rsp, (%rdi)                 /* from->sp = current frame */
@@ -61,12 +76,25 @@ goro_switch_context:
         je      2f
         fldcw   GORO_FRAME_FPU+4(%rsp)       /* restore x87 control word */
 2:      addq    $8, %rsp
+        .cfi_adjust_cfa_offset -8
         popq    %r15                         /* callee-saved GPRs */
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r15
         popq    %r14
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r14
         popq    %r13
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r13
         popq    %r12
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore r12
         popq    %rbx
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rbx
         popq    %rbp
+        .cfi_adjust_cfa_offset -8
+        .cfi_restore rbp
         ret                                  /* resume at the saved address */
         .cfi_endproc
         .size   goro_switch_context, .-goro_switch_context
@@ -74,9 +102,14 @@ goro_switch_context:
         .globl  goro_start_context
         .type   goro_start_context, @function
         .align  16
-goro_start_context:
+        .type   goro_start_context_unwind, @function  /* local: names the nop for debuggers */
+goro_start_context_unwind:
         .cfi_startproc
         .cfi_undefined rip                   /* outermost frame: unwinders stop here */
+        nop                                  /* never run: a return address of */
+                                             /* goro_start_context is looked up here */
+        .size   goro_start_context_unwind, .-goro_start_context_unwind
+goro_start_context:
         movq    %r13, %rdi                   /* the entry argument */
         callq   *%r12                        /* entry(arg); must never return */
         ud2                                  /* trap if it does */

@@ -7,8 +7,11 @@
 // Tests that need Options other than the binary's (async preemption off, a
 // short time slice) or a GORODEBUG setting run in a child process.
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +25,20 @@
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+
+// The assembly of arch/ (the unwind test below looks at their unwind info).
+extern "C" void goro_switch_context();
+extern "C" void goro_start_context();
+extern "C" void goro_async_preempt();
+
+// libgcc's FDE lookup (unwind-dw2-fde.h, not installed): the unwind entry of
+// the code at `pc`, and in bases->func the start of the code it covers.
+struct DwarfEhBases {
+  void* tbase;
+  void* dbase;
+  void* func;
+};
+extern "C" const void* _Unwind_Find_FDE(void* pc, DwarfEhBases* bases);
 
 namespace {
 
@@ -564,6 +581,194 @@ TEST(PreemptTest, ErrnoTravelsWithTheGoroutine) {
     // Informative: the test only means something if preemptions happened.
     ::testing::Test::RecordProperty("async_preemptions", std::to_string(goro::GetStats().async_preemptions - before));
   });
+}
+
+// ---------------------------------------------------------------------------
+// Unwind info of the context switch and of the preemption trampoline.
+
+// A sampling profiler's SIGPROF handler walks the stack from wherever the
+// signal lands, so the unwind info of goro's assembly must be right at every
+// instruction, epilogues included. The test single-steps a thread (the trap
+// flag, bit 8 of RFLAGS: a SIGTRAP after each instruction) while goroutines
+// yield, start and are preempted on it, and walks the stack with libgcc's
+// unwinder (_Unwind_Backtrace, what backtrace() uses) before each instruction
+// of goro_switch_context, goro_start_context and goro_async_preempt. Each
+// walk must go through the stepped instruction and end within 64 frames
+// where unwind info says a stack ends (libgcc then reports a last frame at
+// address 0), right after a function a walk from ordinary code ends after:
+// goro_start_context on a goroutine's stack, the thread's first function on
+// a thread's. Until goro_switch_context has been stepped to its `ret` 20
+// times and the trampoline 3 times, with max_procs=1 and 1 ms slices (a few
+// seconds). Fails - wrong frames, or a SIGSEGV in the unwinder - when a pop
+// or an `addq` to %rsp in an epilogue is not described, as before the fix
+// (at the trampoline's `ret $128` the CFA was still rsp+264, not rsp+136).
+constexpr uint64_t kTrapFlag = 0x100;
+constexpr int kMaxFrames = 64;
+
+struct Walk {
+  uintptr_t pc = 0;     // the stepped instruction
+  bool saw_pc = false;  // a frame was at it
+  int frames = 0;
+  uintptr_t last = 0;         // the last frame's address (0: the end, per unwind info)
+  uintptr_t last_lookup = 0;  // where that frame's unwind info is looked up
+  uintptr_t outer_lookup = 0;  // the same for the frame before it
+};
+
+_Unwind_Reason_Code OnFrame(_Unwind_Context* ctx, void* arg) {
+  auto* w = static_cast<Walk*>(arg);
+  int before_insn = 0;
+  uintptr_t ip = _Unwind_GetIPInfo(ctx, &before_insn);
+  if (ip == w->pc && before_insn) w->saw_pc = true;
+  w->outer_lookup = w->last_lookup;
+  w->last = ip;
+  w->last_lookup = before_insn ? ip : ip - 1;
+  return ++w->frames < kMaxFrames ? _URC_NO_REASON : _URC_NORMAL_STOP;
+}
+
+// Where the unwind info of the code at `pc` begins (its function), or null.
+const void* FunctionOf(uintptr_t pc) {
+  DwarfEhBases bases;
+  if (_Unwind_Find_FDE(reinterpret_cast<void*>(pc), &bases) == nullptr) return nullptr;
+  return bases.func;
+}
+
+// The function a walk from here ends after (the outermost one of this stack).
+__attribute__((noinline)) const void* OutermostFunction() {
+  Walk w;
+  _Unwind_Backtrace(OnFrame, &w);
+  return w.last == 0 ? FunctionOf(w.outer_lookup) : nullptr;
+}
+
+struct UnwindProbe {
+  // Where the unwind info of each begins.
+  const void* switch_fn = nullptr;
+  const void* start_fn = nullptr;
+  const void* trampoline_fn = nullptr;
+  const void* main_thread_fn = nullptr;  // _start
+  const void* thread_fn = nullptr;       // a pthread's first function (clone3's)
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> walks{0};
+  std::atomic<uint64_t> switch_rets{0};      // walks at goro_switch_context's ret
+  std::atomic<uint64_t> trampoline_rets{0};  // walks at goro_async_preempt's ret $128
+  std::atomic<uint64_t> bad{0};
+  // The first bad walk.
+  std::atomic<uintptr_t> bad_pc{0};
+  std::atomic<int> bad_rc{0};
+  std::atomic<int> bad_frames{0};
+  std::atomic<bool> bad_saw_pc{false};
+  std::atomic<uintptr_t> bad_last{0};
+  std::atomic<uintptr_t> bad_outer{0};
+};
+UnwindProbe probe;
+
+// SIGTRAP, after each instruction of a stepped thread. SIGURG is blocked
+// meanwhile, so goro's handler cannot send this one to the trampoline.
+void OnTrap(int, siginfo_t*, void* uctx) {
+  auto* uc = static_cast<ucontext_t*>(uctx);
+  if (probe.stop.load(std::memory_order_relaxed)) {
+    uc->uc_mcontext.gregs[REG_EFL] &= ~static_cast<greg_t>(kTrapFlag);
+    return;
+  }
+  const auto pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  const void* fn = FunctionOf(pc);
+  if (fn == nullptr || (fn != probe.switch_fn && fn != probe.start_fn && fn != probe.trampoline_fn)) return;
+  Walk w;
+  w.pc = pc;
+  _Unwind_Reason_Code rc = _Unwind_Backtrace(OnFrame, &w);
+  const void* outer = w.last == 0 ? FunctionOf(w.outer_lookup) : nullptr;
+  bool ok = rc == _URC_END_OF_STACK && w.saw_pc && w.last == 0 && outer != nullptr &&
+            (outer == probe.start_fn || outer == probe.main_thread_fn || outer == probe.thread_fn);
+  probe.walks.fetch_add(1, std::memory_order_relaxed);
+  if (!ok && probe.bad.fetch_add(1, std::memory_order_relaxed) == 0) {
+    probe.bad_pc = pc;
+    probe.bad_rc = rc;
+    probe.bad_frames = w.frames;
+    probe.bad_saw_pc = w.saw_pc;
+    probe.bad_last = w.last;
+    probe.bad_outer = w.outer_lookup;
+  }
+  const auto op = *reinterpret_cast<const uint8_t*>(pc);
+  if (fn == probe.switch_fn && op == 0xC3) probe.switch_rets.fetch_add(1, std::memory_order_relaxed);         // ret
+  if (fn == probe.trampoline_fn && op == 0xC2) probe.trampoline_rets.fetch_add(1, std::memory_order_relaxed);  // ret $n
+}
+
+// Single-steps the calling thread from here on, until probe.stop.
+void StepThisThread() { __builtin_ia32_writeeflags_u64(__builtin_ia32_readeflags_u64() | kTrapFlag); }
+
+[[noreturn]] void UnwindEverywhereChild() {
+  constexpr uint64_t kSwitchRets = 20, kTrampolineRets = 3;
+  goro_test::Watchdog dog(absl::Seconds(90));
+  probe.switch_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_switch_context));
+  probe.start_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_start_context));
+  probe.trampoline_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_async_preempt));
+  probe.main_thread_fn = OutermostFunction();
+  std::thread([] { probe.thread_fn = OutermostFunction(); }).join();
+  if (probe.switch_fn == nullptr || probe.start_fn == nullptr || probe.trampoline_fn == nullptr ||
+      probe.main_thread_fn == nullptr || probe.thread_fn == nullptr) {
+    fprintf(stderr, "no unwind info for goro's assembly or a thread's first function\n");
+    _exit(3);
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = OnTrap;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGURG);
+  sigaction(SIGTRAP, &sa, nullptr);
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  opts.time_slice = absl::Milliseconds(1);
+  static std::atomic<bool> done{false};
+  goro::Run(
+      [] {
+        constexpr int kWorkers = 2;
+        goro::WaitGroup wg;
+        wg.Add(kWorkers);
+        for (int i = 0; i < kWorkers; ++i) {
+          goro::Go([&wg] {
+            while (!done.load(std::memory_order_relaxed)) {
+              StepThisThread();  // whichever thread runs this goroutine now
+              goro::Yield();     // goro_switch_context
+              goro::Go([] {});   // goro_start_context
+              goro_test::Spin(absl::Milliseconds(2));  // preempted: goro_async_preempt
+            }
+            wg.Done();
+          });
+        }
+        auto start = goro_test::Now();
+        while ((probe.switch_rets.load() < kSwitchRets || probe.trampoline_rets.load() < kTrampolineRets) &&
+               goro_test::Since(start) < absl::Seconds(60)) {
+          goro::SleepFor(absl::Milliseconds(5));
+        }
+        done = true;
+        wg.Wait();
+      },
+      opts);
+  probe.stop = true;
+  fprintf(stderr, "%llu walks, %llu at goro_switch_context's ret, %llu at the trampoline's; %llu bad\n",
+          goro_test::U(probe.walks.load()), goro_test::U(probe.switch_rets.load()),
+          goro_test::U(probe.trampoline_rets.load()), goro_test::U(probe.bad.load()));
+  if (probe.bad.load() != 0) {
+    const auto pc = probe.bad_pc.load();
+    const auto off = [pc](void (*f)()) { return static_cast<long>(pc - reinterpret_cast<uintptr_t>(f)); };
+    fprintf(stderr,
+            "first bad walk: before goro_switch_context%+ld = goro_async_preempt%+ld: code %d after %d frames, "
+            "%s the stepped instruction, last frame at %#lx after one at %#lx\n",
+            off(goro_switch_context), off(goro_async_preempt), probe.bad_rc.load(), probe.bad_frames.load(),
+            probe.bad_saw_pc.load() ? "through" : "not through", static_cast<unsigned long>(probe.bad_last.load()),
+            static_cast<unsigned long>(probe.bad_outer.load()));
+    _exit(1);
+  }
+  if (probe.switch_rets.load() < kSwitchRets || probe.trampoline_rets.load() < kTrampolineRets) {
+    fprintf(stderr, "the epilogues were not stepped through often enough in 60 s\n");
+    _exit(2);
+  }
+  _exit(0);
+}
+
+TEST(PreemptTest, UnwindInfoIsRightAtEveryInstructionOfTheSwitchAndTheTrampoline) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_EXIT(UnwindEverywhereChild(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
