@@ -1006,6 +1006,10 @@ void* MStart(void* arg) {
     FatalG("out of memory in the scheduler (std::bad_alloc)");
   } catch (const std::exception& e) {
     FatalG(absl::StrCat("exception in the scheduler: ", e.what()));
+  } catch (abi::__forced_unwind&) {
+    // A cancellation a goroutine asked for (pthread_cancel(pthread_self()))
+    // that acted only once the scheduler reached a cancellation point.
+    FatalG("pthread_exit or pthread_cancel on a runtime thread: a goroutine's thread is not its own to end");
   }
 }
 
@@ -1049,11 +1053,18 @@ void GoroutineMain(void* arg) {
   // the switch that started it; user code may be preempted from here on.
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(0, std::memory_order_relaxed);
-  // No try/catch: an exception that nothing catches finds the end of the
+  // No catch for exceptions: one that nothing catches finds the end of the
   // stack at goro_start_context, and the C++ runtime calls std::terminate
   // with the throwing frames still on the stack, where OnTerminate reports
-  // it with their backtrace.
-  g->closure_ops->run(g->closure);
+  // it with their backtrace. Only a forced unwind is caught, pthread_exit's
+  // or pthread_cancel's: past goro_start_context glibc would end the M's
+  // thread, with its P and without a word (with one P the program hangs).
+  try {
+    g->closure_ops->run(g->closure);
+  } catch (abi::__forced_unwind&) {
+    FatalG("pthread_exit or pthread_cancel on a goroutine: its thread is not its own to end "
+           "(return from the goroutine's function instead)");
+  }
   g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
   g->closure_ops = nullptr;
   if (g->syscall_depth != 0) FatalG("goroutine ends inside a marked blocking region (a SyscallScope it never ended)");

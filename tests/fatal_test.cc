@@ -1,5 +1,6 @@
 // Fatal errors: misuse ends the process with one clear line naming the
 // goroutine, never silent corruption. Go's wording is used for the messages.
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -287,6 +288,39 @@ TEST(FatalTest, ExceptionEscapingAGoroutineStartedWithGo) {
 
 TEST(FatalTest, NonStdExceptionEscapingAGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw 42; }), "goroutine [0-9]+: uncaught exception");
+}
+
+// pthread_exit, or pthread_cancel acting at a cancellation point, unwinds
+// the goroutine: its destructors run (the line they print must come before
+// the fatal one), and the unwind reaches the end of the goroutine's stack.
+// Past it glibc would end the M's thread, holding its P, without a word; the
+// goroutine never ended, so with one P the program hung, with two it went on
+// with one P fewer (these children then returned from Run after 5 s and
+// failed "to die", as before the fix).
+TEST(FatalTest, PthreadExitOnAGoroutine) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go([] {
+                   struct Guard {
+                     ~Guard() { fprintf(stderr, "the goroutine's destructor ran\n"); }
+                   } guard;
+                   pthread_exit(nullptr);
+                 });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               "the goroutine's destructor ran\n[^\n]*fatal error: goroutine [0-9]+: pthread_exit or "
+               "pthread_cancel on a goroutine: its thread is not its own to end \\(return from the "
+               "goroutine's function instead\\)");
+}
+
+TEST(FatalTest, PthreadCancelOfAGoroutinesThread) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Go([] {
+                   pthread_cancel(pthread_self());
+                   usleep(1000);  // a cancellation point
+                 });
+                 goro::SleepFor(absl::Seconds(5));
+               }),
+               GOROUTINE_LINE("pthread_exit or pthread_cancel on a goroutine"));
 }
 
 __attribute__((noinline)) void ThrowFromDeepInside(int depth) {

@@ -115,9 +115,11 @@ void Run(F&& fn, const Options& opts = {}) {
 
 // Starts `fn` as a new goroutine and returns at once. Callable from a goroutine
 // or from any thread; starts the runtime with default Options if needed.
-// An exception escaping `fn` is a fatal error naming the goroutine; an empty
-// `fn` (a null function pointer, an empty std::function or AnyInvocable) is
-// one at the call, naming the caller: "go of nil func value", as in Go.
+// An exception escaping `fn` is a fatal error naming the goroutine, and so is
+// pthread_exit or pthread_cancel on it (its thread is not its own to end; its
+// destructors have run by then); an empty `fn` (a null function pointer, an
+// empty std::function or AnyInvocable) is one at the call, naming the caller:
+// "go of nil func value", as in Go.
 void Go(absl::AnyInvocable<void() &&> fn);
 
 // The same for any callable that fits in a goroutine's 48-byte inline closure
