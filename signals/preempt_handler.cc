@@ -8,6 +8,9 @@
 // (arch/preempt_*.S), which saves everything and parks it.
 //
 // It is safe to stop the goroutine only when all of these hold:
+//   - the process is the one that started the runtime, not a child forked
+//     from it without exec (getpid() is checked first; there the signal
+//     only goes on to the previous handler);
 //   - a signal of goro's is in flight to this M (M::signal_state), and this
 //     delivery is it: sent by sysmon for the current generation (SI_QUEUE
 //     from this process, with preempt_signal::kTag and the generation in
@@ -58,7 +61,7 @@ namespace {
 
 struct sigaction previous_preempt;
 int preempt_sig = 0;
-pid_t our_pid = 0;
+pid_t our_pid = 0;  // the process that installed the handler (a forked child is not it)
 
 // Room the trampoline needs below the red zone: return address, flags and 15
 // registers, alignment, the XSAVE area, and the frames of the C++ it calls.
@@ -74,6 +77,17 @@ void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   int saved_errno = errno;
   namespace ps = preempt_signal;
+  // A child forked without exec has a copy of everything and no scheduler:
+  // its copy of the forking M may say that a signal of goro's is in flight,
+  // and its copy of the goroutine that a preemption is pending. Parked
+  // there, the goroutine would leave the only thread to g0, which would run
+  // the parent's goroutines' copies or wait for ever. Every signal there is
+  // the program's.
+  if (getpid() != our_pid) {
+    ForwardPreempt(sig, info, uctx_void);
+    errno = saved_errno;
+    return;
+  }
   M* m = CurrentM();
   const auto value = reinterpret_cast<uintptr_t>(info->si_value.sival_ptr);
   const bool from_sysmon = info->si_code == SI_QUEUE && info->si_pid == our_pid && (value >> 32) == (ps::kTag >> 32);

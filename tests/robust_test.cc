@@ -12,7 +12,8 @@
 //     another process, changes no result of a busy program and leaks no EINTR
 //     out of goro::io.
 //   - fork()+exec, posix_spawn, popen and system() from goroutines while
-//     others run and are preempted.
+//     others run and are preempted; a child forked without exec passes a
+//     SIGURG on to the program's handler and preempts nothing.
 // Each comment says what would make the test fail. See docs/robustness.md.
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +43,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/runtime.h"  // StackScavenge: settle the stack pool before measuring
+#include "core/runtime.h"  // StackScavenge, and M and G state set by hand
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -1078,6 +1079,91 @@ TEST(RobustTest, ForkAndExecWhileGoroutinesRun) {
   if (!goro_test::kTsanBuild) {
     EXPECT_GT(spin_preemptions, 0u) << "the spinner was never preempted";
   }
+}
+
+
+// A child forked without exec, doing plain computation, gets a SIGURG that is
+// not goro's (kill -URG, out-of-band data on an inherited socket): it must go
+// to the program's handler, and nothing else happen. The child has copies of
+// the forking M and goroutine; forked at an unlucky moment, the M's says a
+// signal of goro's is in flight and the goroutine's that a preemption is
+// pending (a reviewer's reproducer caught that in 12 of 20 forks). goro's
+// handler then took the SIGURG for its own and parked the goroutine, and the
+// child's only thread ran the copies of the parent's goroutines or waited for
+// ever. Each child here sets that state by hand (so that every one of them
+// is forked at an unlucky moment) and spins without calls until its handler
+// has seen a SIGURG, three times; the parent sends it one every millisecond
+// and waits up to 10 s for it to exit with 0. Two spinners keep both Ps busy
+// with 1 ms slices, as in the reproducer. Fails without the check of the
+// process id in the handler: the first child never exits (it is killed).
+std::atomic<int> child_sigurgs{0};
+
+[[noreturn]] void ForkedChildLeavesSigurgToTheProgramChild() {
+  goro_test::Watchdog dog(absl::Seconds(90), "forked children getting SIGURG");
+  namespace ps = goro::internal::preempt_signal;
+  constexpr int kForks = 5, kSigurgsEach = 3;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = [](int) { child_sigurgs.fetch_add(1); };
+  sigemptyset(&sa.sa_mask);
+  CHILD_CHECK(sigaction(SIGURG, &sa, nullptr) == 0, "sigaction: %s", strerror(errno));  // before goro's
+  goro::Options opts;
+  opts.max_procs = 2;
+  opts.time_slice = absl::Milliseconds(1);
+  goro::Run(
+      [] {
+        std::atomic<bool> stop{false};
+        goro::WaitGroup spinners;
+        for (int i = 0; i < 2; ++i) {
+          spinners.Add(1);
+          goro::Go([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+            }
+            spinners.Done();
+          });
+        }
+        for (int round = 0; round < kForks; ++round) {
+          pid_t pid = fork();
+          if (pid == 0) {
+            goro::internal::M* m = goro::internal::CurrentM();
+            for (int i = 0; i < kSigurgsEach; ++i) {
+              m->signal_state.store(ps::With(m->signal_state.load() + 4, ps::kSent));
+              m->curg->stackguard0.store(goro::internal::kStackPreempt);
+              const int seen = child_sigurgs.load();
+              while (child_sigurgs.load(std::memory_order_relaxed) == seen) {  // no call: the signal lands here
+              }
+            }
+            _exit(0);
+          }
+          CHILD_CHECK(pid > 0, "fork: %s", strerror(errno));
+          if (pid < 0) break;
+          auto start = Now();
+          int status = -1;
+          while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (Since(start) > absl::Seconds(10)) {
+              kill(pid, SIGKILL);
+              while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+              }
+              status = -1;
+              break;
+            }
+            kill(pid, SIGURG);
+            goro::SleepFor(absl::Milliseconds(1));
+          }
+          CHILD_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "fork %d: the child %s", round, StatusText(status).c_str());
+          if (status == -1) break;  // one is enough: it took 10 s
+        }
+        stop = true;
+        spinners.Wait();
+      },
+      opts);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, ForkedChildWithoutExecLeavesSigurgToTheProgram) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_EXIT(ForkedChildLeavesSigurgToTheProgramChild(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
