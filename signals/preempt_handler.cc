@@ -9,8 +9,8 @@
 //
 // It is safe to stop the goroutine only when all of these hold:
 //   - the process is the one that started the runtime, not a child forked
-//     from it without exec (getpid() is checked first; there the signal
-//     only goes on to the previous handler);
+//     from it without exec (a flag set by a pthread_atfork child handler is
+//     checked first; there the signal only goes on to the previous handler);
 //   - a signal of goro's is in flight to this M (M::signal_state), and this
 //     delivery is it: sent by sysmon for the current generation (SI_QUEUE
 //     from this process, with preempt_signal::kTag and the generation in
@@ -62,6 +62,11 @@ namespace {
 struct sigaction previous_preempt;
 int preempt_sig = 0;
 pid_t our_pid = 0;  // the process that installed the handler (a forked child is not it)
+// Set in a child of fork() (pthread_atfork), where no scheduler runs. A
+// flag rather than getpid() in the handler: that is a system call (glibc
+// caches no pid) on every preemption. posix_spawn's and system()'s children
+// are made without the atfork handlers, but keep signals blocked until exec.
+volatile sig_atomic_t in_forked_child = 0;
 
 // Room the trampoline needs below the red zone: return address, flags and 15
 // registers, alignment, the XSAVE area, and the frames of the C++ it calls.
@@ -83,7 +88,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   // there, the goroutine would leave the only thread to g0, which would run
   // the parent's goroutines' copies or wait for ever. Every signal there is
   // the program's.
-  if (getpid() != our_pid) {
+  if (in_forked_child) {
     ForwardPreempt(sig, info, uctx_void);
     errno = saved_errno;
     return;
@@ -159,6 +164,7 @@ bool PreemptHandlerInstalled() {
 void InstallPreemptHandler(int sig) {
   preempt_sig = sig;
   our_pid = getpid();
+  pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = PreemptHandler;
