@@ -6,6 +6,16 @@
 // waiting receiver it moves its value straight into the receiver's
 // std::optional, and vice versa, so an unbuffered hand-off copies once.
 //
+// A channel lives while anything refers to it: each Chan handle holds a
+// reference (ChanRef/ChanUnref), and so does each goroutine parked on it. A
+// parked Send or Recv takes one before it queues its Sudog and drops it when
+// it wakes; a parked Select takes one on each distinct channel of its cases
+// and drops them after it has dequeued its Sudogs. The last handle may thus
+// go while a goroutine waits on the channel (legal in Go, where the waiter's
+// stack keeps it alive) without the channel, and the Sudogs linked into it,
+// being freed under the waiter. Operations that complete without parking take
+// no reference: the caller's handle outlives the call.
+//
 // Select queues one Sudog per case on every channel, parks, and on waking
 // dequeues the rest. The first channel operation to complete one of its cases
 // wins by setting G::select_done from 0 to 1; others skip that goroutine's
@@ -110,6 +120,9 @@ class ChanCore {
 
   void* Slot(size_t i) { return buf_ + i * stride_; }
 
+  // References: Chan handles and parked waiters. Changed with atomic RMWs,
+  // by anyone; whoever takes it to zero deletes the channel.
+  std::atomic<size_t> refs_{1};
   SpinLock lock;
   const size_t cap_;
   const ElemOps* const ops_;
@@ -201,7 +214,14 @@ bool UnlockChan(G*, void* arg) {
 }  // namespace
 
 ChanCore* NewChanCore(size_t cap, const ElemOps* ops) { return new ChanCore(cap, ops); }
-void DeleteChanCore(ChanCore* c) { delete c; }
+
+void ChanRef(ChanCore* c) { c->refs_.fetch_add(1, std::memory_order_relaxed); }
+
+void ChanUnref(ChanCore* c) {
+  // acq_rel: every use of the channel through another reference happens
+  // before the delete.
+  if (c->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete c;
+}
 
 size_t ChanLen(const ChanCore* c) { return c->count_.load(std::memory_order_relaxed); }
 size_t ChanCap(const ChanCore* c) { return c->cap_; }
@@ -224,8 +244,10 @@ void ChanSend(ChanCore* c, void* elem) {
   s.g = CurrentG();
   s.elem = elem;
   s.chan = c;
+  ChanRef(c);  // the channel outlives this wait even if its last handle goes
   c->sendq.Push(&s);
   Park(WaitReason::kChanSend, UnlockChan, c);
+  ChanUnref(c);
   if (!s.success) FatalG("send on closed channel");
 }
 
@@ -253,8 +275,10 @@ void ChanRecv(ChanCore* c, void* out) {
   s.g = CurrentG();
   s.elem = out;
   s.chan = c;
+  ChanRef(c);  // the channel outlives this wait even if its last handle goes
   c->recvq.Push(&s);
   Park(WaitReason::kChanReceive, UnlockChan, c);
+  ChanUnref(c);
 }
 
 void ChanClose(ChanCore* c) {
@@ -385,7 +409,11 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     return default_index;
   }
 
-  // Pass 2: queue on every channel and park.
+  // Pass 2: queue on every channel and park. Each channel is referenced
+  // until pass 3 has dequeued from it: the last handle to one may be dropped
+  // while this goroutine waits (another channel wakes it), and pass 3 must
+  // not unlink from freed memory.
+  for (int k = 0; k < nlocks; ++k) ChanRef(locks[k]);
   G* g = CurrentG();
   g->select_done.store(0, std::memory_order_relaxed);
   g->param = nullptr;
@@ -419,6 +447,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     }
   }
   UnlockAll(nullptr, &park);
+  for (int k = 0; k < nlocks; ++k) ChanUnref(locks[k]);
   if (winner == nullptr) Fatal("select: woken without a winning case");
   if (cases[winner->case_index].dir == CaseDir::kSend && !winner->success) {
     FatalG("send on closed channel");

@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -503,6 +504,35 @@ TEST(ChanTest, BufferedValuesAreDestroyedWithTheChannel) {
       EXPECT_EQ(Tracked::live.load(), 3);
     }
     EXPECT_EQ(Tracked::live.load(), 0) << "values left in a dropped channel were not destroyed";
+  });
+}
+
+// True once goroutine `id` is parked for `reason`, as a dump shows it.
+bool ParkedFor(int64_t id, const std::string& reason) {
+  std::ostringstream out;
+  goro::DumpGoroutines(out);
+  return out.str().find("goroutine " + std::to_string(id) + " [" + reason) != std::string::npos;
+}
+
+// A goroutine parked in Send holds the channel, as its stack does in Go: when
+// the last handle is dropped meanwhile, the channel and the value in its
+// buffer stay (the sender is leaked, as in Go). Fails if a parked Send takes
+// no reference: the drop then frees the channel and destroys its buffered
+// value under the sender, whose waiter stays linked into freed memory.
+TEST(ChanTest, ParkedSenderKeepsItsChannelWhenTheLastHandleGoes) {
+  RunBounded([] {
+    ASSERT_EQ(Tracked::live.load(), 0);
+    auto handle = std::make_unique<goro::Chan<Tracked>>(1);
+    handle->Send(Tracked(1));  // the buffer is full
+    std::atomic<int64_t> id{0};
+    goro::Go([c = handle.get(), &id] {
+      id = goro::GoroutineId();
+      c->Send(Tracked(2));  // parks for good: nobody will receive
+    });
+    ASSERT_TRUE(Eventually([&] { return id != 0 && ParkedFor(id, "chan send"); }));
+    EXPECT_EQ(Tracked::live.load(), 2);
+    handle.reset();  // the last handle
+    EXPECT_EQ(Tracked::live.load(), 2) << "the channel was freed under its parked sender";
   });
 }
 

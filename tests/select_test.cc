@@ -3,7 +3,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -222,6 +225,59 @@ TEST(SelectTest, CloseWakesABlockedSelect) {
     std::optional<int> ra, rb = 1;
     EXPECT_EQ(goro::Select(goro::OnRecv(a, &ra), goro::OnRecv(b, &rb)), 1);
     EXPECT_FALSE(rb.has_value());
+  });
+}
+
+// Counts destructions of the instances it was made with (not of moved-from
+// ones), to see when a channel holding one in its buffer is freed.
+struct Counted {
+  explicit Counted(std::atomic<int>* d) : destroyed(d) {}
+  Counted(Counted&& o) noexcept : destroyed(std::exchange(o.destroyed, nullptr)) {}
+  ~Counted() {
+    if (destroyed != nullptr) destroyed->fetch_add(1);
+  }
+  std::atomic<int>* destroyed;
+};
+
+// True once goroutine `id` is parked in a Select, as a dump shows it.
+bool ParkedInSelect(int64_t id) {
+  std::ostringstream out;
+  goro::DumpGoroutines(out);
+  return out.str().find("goroutine " + std::to_string(id) + " [select") != std::string::npos;
+}
+
+// Go lets the last reference to a channel go while a goroutine selects on it
+// (`s.work = make(chan T)` while another goroutine waits on the old one). Here
+// the only handle to a full channel is dropped while a Select waits to send
+// on it; another case then wakes the Select. The channel, with the value in
+// its buffer, must live until the Select has left its queue, and go then.
+// Fails if a parked Select holds no reference: the drop frees the channel
+// (destroying the buffered value at once), and the Select's clean-up then
+// unlinks its waiter from freed memory, which a new channel may own.
+TEST(SelectTest, ParkedSelectKeepsAChannelWhoseLastHandleGoes) {
+  RunBounded([] {
+    std::atomic<int> destroyed{0};
+    auto full = std::make_unique<goro::Chan<Counted>>(1);
+    full->Send(Counted(&destroyed));
+    goro::Chan<int> quit;
+    std::atomic<int64_t> id{0};
+    goro::WaitGroup wg;
+    wg.Add(1);
+    int chosen = -1;
+    goro::Go([&] {
+      id = goro::GoroutineId();
+      Counted v(nullptr);
+      std::optional<int> q;
+      chosen = goro::Select(goro::OnSend(*full, &v), goro::OnRecv(quit, &q));
+      wg.Done();
+    });
+    ASSERT_TRUE(Eventually([&] { return id != 0 && ParkedInSelect(id); }));
+    full.reset();  // the last handle
+    EXPECT_EQ(destroyed.load(), 0) << "the channel was freed under the parked Select";
+    quit.Close();
+    wg.Wait();
+    EXPECT_EQ(chosen, 1);
+    EXPECT_EQ(destroyed.load(), 1) << "the Select kept the channel after it woke";
   });
 }
 

@@ -1,7 +1,9 @@
 // goro/chan.h: channels (Go's chan T) and Select.
 //
 // A Chan<T> is a handle: copies refer to the same channel, which lives until
-// the last handle is gone. Semantics are Go's:
+// the last handle is gone and no goroutine or thread waits on it (a Send, Recv
+// or Select parked on a channel keeps it, as the waiter's stack does in Go;
+// the last handle may go while one waits). Semantics are Go's:
 //   - capacity 0 is unbuffered: a send completes when a receiver takes it;
 //   - Recv on a closed channel returns the buffered values, then nullopt;
 //   - Send on a closed channel, Close of a closed channel and Close of a nil
@@ -53,8 +55,13 @@ inline constexpr ElemOps kElemOps = {
 };
 
 class ChanCore;  // core/chan.cc
-ChanCore* NewChanCore(size_t cap, const ElemOps* ops);
-void DeleteChanCore(ChanCore* c);
+// A channel is reference-counted: every Chan handle holds a reference, and
+// so does every goroutine or thread blocked on it (in Send, Recv or Select),
+// as a goroutine's stack keeps a channel alive in Go. The last reference
+// frees it.
+ChanCore* NewChanCore(size_t cap, const ElemOps* ops);  // with one reference
+void ChanRef(ChanCore* c);                              // takes another
+void ChanUnref(ChanCore* c);                            // drops one
 // `elem` points to a T that is moved from once the send happens.
 void ChanSend(ChanCore* c, void* elem);
 // `out` points to an empty std::optional<T>; it stays empty if the channel is
@@ -81,29 +88,41 @@ class Chan {
 
  public:
   // A channel with room for `cap` buffered values; 0 makes it unbuffered.
-  explicit Chan(size_t cap = 0)
-      : core_(internal::NewChanCore(cap, &internal::kElemOps<T>), &internal::DeleteChanCore) {}
+  explicit Chan(size_t cap = 0) : core_(internal::NewChanCore(cap, &internal::kElemOps<T>)) {}
   // The nil channel: Send and Recv block forever, Close is a fatal error.
   explicit Chan(std::nullptr_t) {}
 
+  Chan(const Chan& o) : core_(o.core_) {
+    if (core_ != nullptr) internal::ChanRef(core_);
+  }
+  // Leaves `o` nil.
+  Chan(Chan&& o) noexcept : core_(std::exchange(o.core_, nullptr)) {}
+  Chan& operator=(Chan o) noexcept {
+    std::swap(core_, o.core_);
+    return *this;
+  }
+  ~Chan() {
+    if (core_ != nullptr) internal::ChanUnref(core_);
+  }
+
   // Blocks until a receiver takes `v` or there is room in the buffer.
-  void Send(T v) { internal::ChanSend(core_.get(), &v); }
+  void Send(T v) { internal::ChanSend(core_, &v); }
   // Blocks until a value is available; nullopt once the channel is closed and
   // every buffered value has been received.
   std::optional<T> Recv() {
     std::optional<T> out;
-    internal::ChanRecv(core_.get(), &out);
+    internal::ChanRecv(core_, &out);
     return out;
   }
   // No more sends; waiting receivers get nullopt after the buffer drains.
-  void Close() { internal::ChanClose(core_.get()); }
+  void Close() { internal::ChanClose(core_); }
 
   // The number of buffered values, like Go's len(ch): a snapshot, which may
   // be out of date by the time it returns if others send or receive.
-  size_t size() const { return core_ ? internal::ChanLen(core_.get()) : 0; }
-  size_t capacity() const { return core_ ? internal::ChanCap(core_.get()) : 0; }
+  size_t size() const { return core_ != nullptr ? internal::ChanLen(core_) : 0; }
+  size_t capacity() const { return core_ != nullptr ? internal::ChanCap(core_) : 0; }
   bool is_nil() const { return core_ == nullptr; }
-  internal::ChanCore* core() const { return core_.get(); }
+  internal::ChanCore* core() const { return core_; }
 
   // Range-style iteration, like Go's `for v := range ch`: receives until the
   // channel is closed and drained.
@@ -133,7 +152,7 @@ class Chan {
   friend bool operator==(const Chan& a, const Chan& b) { return a.core_ == b.core_; }
 
  private:
-  std::shared_ptr<internal::ChanCore> core_;
+  internal::ChanCore* core_ = nullptr;  // one reference, or nullptr: the nil channel
 };
 
 // A case of Select: make one with OnSend, OnRecv or OnDefault.
