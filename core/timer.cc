@@ -170,8 +170,8 @@ struct AfterTimer {
   Chan<absl::Time> ch{1};
 };
 
-// A goro::Timer's: its record, and the lock that orders Stop and Reset.
-// The callback only offers the time; the record lives with the Timer.
+// A goro::Timer's callback only offers the time, on the channel its State
+// owns (t->arg); the record lives with the Timer.
 void FireTimer(Timer* t) {
   absl::Time now = absl::Now();
   ChanOffer(static_cast<ChanCore*>(t->arg), &now);
@@ -221,17 +221,23 @@ Chan<absl::Time> After(absl::Duration d) {
   return ch;
 }
 
+// A goro::Timer's: its record, the channel it fires into, and the lock that
+// orders Stop and Reset. The channel is the State's own handle, not ch_: the
+// user may assign to C(), and the timer must neither send into nor drain a
+// channel it no longer holds.
 struct Timer::State {
   internal::Timer timer;
+  Chan<absl::Time> ch{1};
   Mutex mu;  // Stop and Reset, one at a time
 };
 
-Timer::Timer(absl::Duration d) : ch_(1) {
+Timer::Timer(absl::Duration d) {
   internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
   state_ = std::make_unique<State>();
+  ch_ = state_->ch;
   state_->timer.f = internal::FireTimer;
-  state_->timer.arg = ch_.core();
+  state_->timer.arg = state_->ch.core();
   state_->timer.when = internal::NanotimeIn(d);
   internal::AddTimer(&state_->timer);
 }
@@ -244,7 +250,7 @@ bool Timer::StopLocked() {
   // whatever it sent is in the buffer now, or was taken by a receiver.
   if (internal::DelTimer(&state_->timer)) return true;
   std::optional<absl::Time> stale;
-  return Select(OnRecv(ch_, &stale), OnDefault()) == 0;
+  return Select(OnRecv(state_->ch, &stale), OnDefault()) == 0;
 }
 
 bool Timer::Stop() {

@@ -15,6 +15,7 @@
 
 namespace {
 
+using goro_test::Eventually;
 using goro_test::Now;
 using goro_test::RunBounded;
 using goro_test::Since;
@@ -298,6 +299,44 @@ TEST(TimerTest, TimerChannelOutlivesTheTimer) {
     goro::SleepFor(absl::Milliseconds(20));
     std::optional<absl::Time> v;
     EXPECT_EQ(goro::Select(goro::OnRecv(c, &v), goro::OnDefault()), 1) << "a destroyed Timer fired";
+  });
+}
+
+// Assigning to C() only changes what C() returns: the timer keeps the
+// channel it was made with, fires into it and drains it on Stop and Reset,
+// and leaves the assigned channel alone. Fails if the timer sends through
+// the channel behind C() by a raw pointer and drains whatever C() holds: in
+// the first part Stop takes the value the user put in `mine` and leaves the
+// timer's time in its channel; in the second the assignment frees the
+// timer's channel, and the time goes into freed memory (a crash or a hang
+// in practice; if not, Stop drains the empty assigned channel, so returns
+// false).
+TEST(TimerTest, AssigningToCLeavesTheTimersOwnChannel) {
+  RunBounded([] {
+    {
+      goro::Timer t(absl::Milliseconds(1));
+      goro::Chan<absl::Time> own = t.C();
+      goro::Chan<absl::Time> mine(1);
+      mine.Send(absl::UnixEpoch());
+      t.C() = mine;
+      ASSERT_TRUE(own.Recv().has_value());
+      EXPECT_FALSE(t.Reset(absl::Milliseconds(1))) << "Reset after the time was received";
+      ASSERT_TRUE(Eventually([&] { return own.size() == 1; })) << "the timer did not fire again";
+      EXPECT_TRUE(t.Stop()) << "Stop did not drop the unreceived time";
+      EXPECT_EQ(own.size(), 0u) << "Stop left the timer's time to be received";
+      EXPECT_EQ(mine.size(), 1u) << "Stop drained the channel assigned to C()";
+      std::optional<absl::Time> v = t.C().Recv();
+      EXPECT_EQ(v, std::optional<absl::Time>(absl::UnixEpoch())) << "C() is not what was assigned";
+    }
+    {
+      goro::Timer t(absl::Milliseconds(1));
+      goro::Chan<absl::Time> mine(1);
+      t.C() = mine;  // the timer's channel has no handle left but the timer's
+      goro::SleepFor(absl::Milliseconds(20));  // fired, unless the machine is slow
+      // True either way: fired (the time is dropped) or not yet (Stop kept it).
+      EXPECT_TRUE(t.Stop()) << "Stop did not find the timer's time";
+      EXPECT_EQ(mine.size(), 0u) << "the timer fired into the channel assigned to C()";
+    }
   });
 }
 

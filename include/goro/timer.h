@@ -47,7 +47,9 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
-  // The channel the time is sent on (buffer of one).
+  // The channel the time is sent on (buffer of one). Assigning to it only
+  // changes what C() returns: the timer still sends on, and Stop and Reset
+  // still drain, the channel it was made with.
   Chan<absl::Time>& C() { return ch_; }
 
   // Stops the timer. Returns true if that kept a time from being received:
@@ -62,7 +64,7 @@ class Timer {
   struct State;
   bool StopLocked();
   std::unique_ptr<State> state_;  // pinned: the timer heap points into it
-  Chan<absl::Time> ch_;
+  Chan<absl::Time> ch_{nullptr};  // C(): the State's channel, unless reassigned
 };
 
 }  // namespace goro
