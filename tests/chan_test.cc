@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "goro/goro.h"
@@ -82,6 +83,23 @@ TEST(ChanTest, UnbufferedPingPong) {
     }
     wg.Wait();
     EXPECT_EQ(bad, 0);
+  });
+}
+
+// A literal 0 is a capacity, though it is also a null pointer constant:
+// Chan<int>(0) is the unbuffered channel, and only nullptr makes the nil one.
+// Fails to compile if the nil constructor takes anything a 0 converts to
+// (Chan(size_t) and Chan(std::nullptr_t) were ambiguous for a 0).
+static_assert(std::is_constructible_v<goro::Chan<int>, int>);
+static_assert(std::is_constructible_v<goro::Chan<int>, std::nullptr_t>);
+TEST(ChanTest, CapacityZeroIsUnbuffered) {
+  RunBounded([] {
+    goro::Chan<int> c(0);
+    EXPECT_FALSE(c.is_nil());
+    EXPECT_EQ(c.capacity(), 0u);
+    goro::Go([c]() mutable { c.Send(7); });
+    EXPECT_EQ(c.Recv(), std::optional<int>(7));
+    EXPECT_TRUE(goro::Chan<int>(nullptr).is_nil());
   });
 }
 

@@ -90,7 +90,11 @@ class Chan {
   // A channel with room for `cap` buffered values; 0 makes it unbuffered.
   explicit Chan(size_t cap = 0) : core_(internal::NewChanCore(cap, &internal::kElemOps<T>)) {}
   // The nil channel: Send and Recv block forever, Close is a fatal error.
-  explicit Chan(std::nullptr_t) {}
+  // Takes std::nullptr_t exactly (a template, so that a literal 0, also a
+  // null pointer constant, is a capacity and Chan<T>(0) is not ambiguous).
+  template <typename N>
+    requires std::is_null_pointer_v<N>
+  explicit Chan(N) {}
 
   Chan(const Chan& o) : core_(o.core_) {
     if (core_ != nullptr) internal::ChanRef(core_);
