@@ -357,6 +357,8 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   int npoll = 0;
   for (int i = 0; i < n; ++i) {
     if (cases[i].dir == CaseDir::kDefault) {
+      // Go rejects this at compile time; Select can only see it here.
+      if (default_index >= 0) FatalG("multiple defaults in select");
       default_index = i;
       continue;
     }

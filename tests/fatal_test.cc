@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -71,6 +72,19 @@ TEST(FatalTest, SelectSendOnClosedChannel) {
                  goro::Select(goro::OnSend(c, &v), goro::OnDefault());
                }),
                GOROUTINE_LINE("send on closed channel"));
+}
+
+// Go rejects a select with two defaults at compile time; goro's Select sees
+// its cases only at run time, and must not quietly pick one of them. Fails
+// if the last default silently wins (Select returns 2 and the child exits
+// normally).
+TEST(FatalTest, SelectWithTwoDefaults) {
+  EXPECT_DEATH(RunInChild([] {
+                 goro::Chan<int> c;
+                 std::optional<int> r;
+                 goro::Select(goro::OnDefault(), goro::OnRecv(c, &r), goro::OnDefault());
+               }),
+               GOROUTINE_LINE("multiple defaults in select"));
 }
 
 TEST(FatalTest, CloseOfClosedChannel) {

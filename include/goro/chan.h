@@ -181,8 +181,10 @@ inline SelectCase OnDefault() { return {{nullptr, internal::CaseDir::kDefault, n
 
 // Go's select: blocks until one case can proceed, chooses uniformly at random
 // among the cases that can, performs it and returns its index (0-based, in
-// argument order). With an OnDefault case it never blocks. A Select with no
-// cases, or only nil channels and no default, blocks forever.
+// argument order). With an OnDefault case it never blocks; more than one
+// OnDefault is a fatal error naming the goroutine (Go's compiler rejects it).
+// A Select with no cases, or only nil channels and no default, blocks
+// forever.
 template <typename... Cases>
 int Select(Cases... cases) {
   internal::SelectCaseRep reps[] = {cases.rep..., {nullptr, internal::CaseDir::kDefault, nullptr}};
