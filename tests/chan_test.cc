@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -306,6 +307,39 @@ TEST(ChanTest, RangeOverAnUnassignableType) {
     }
     EXPECT_EQ(n, 3);
     EXPECT_EQ(sum, 3);
+  });
+}
+
+// The range iterator is a std::input_iterator, for any element type a
+// channel takes (a move-only one, one that cannot be assigned), so standard
+// algorithms and containers take it. Fails to compile if the iterator lacks
+// `reference`, a postfix ++, a const operator* or (for NotAssignable) an
+// assignment that constructs in place: std::input_iterator is then false
+// and `std::vector<int> v(c.begin(), c.end())` does not compile.
+static_assert(std::input_iterator<goro::Chan<int>::iterator>);
+static_assert(std::input_iterator<goro::Chan<std::unique_ptr<int>>::iterator>);
+static_assert(std::input_iterator<goro::Chan<NotAssignable>::iterator>);
+TEST(ChanTest, RangeIteratorIsAnInputIterator) {
+  RunBounded([] {
+    goro::Chan<int> c(8);
+    for (int i = 0; i < 5; ++i) c.Send(i);
+    c.Close();
+    std::vector<int> v(c.begin(), c.end());
+    EXPECT_EQ(v, (std::vector<int>{0, 1, 2, 3, 4}));
+
+    // *it++ is the value from before the ++.
+    goro::Chan<std::unique_ptr<int>> p(4);
+    p.Send(std::make_unique<int>(1));
+    p.Send(std::make_unique<int>(2));
+    p.Close();
+    auto it = p.begin();
+    std::unique_ptr<int> first = std::move(*it++);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(*first, 1);
+    ASSERT_NE(it, p.end());
+    EXPECT_EQ(**it, 2);
+    ++it;
+    EXPECT_EQ(it, p.end());
   });
 }
 

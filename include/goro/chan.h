@@ -129,26 +129,72 @@ class Chan {
   internal::ChanCore* core() const { return core_; }
 
   // Range-style iteration, like Go's `for v := range ch`: receives until the
-  // channel is closed and drained.
+  // channel is closed and drained. The iterator is a std::input_iterator (so
+  // `std::vector<T> v(ch.begin(), ch.end())` works): single pass, each ++
+  // receives, and every copy of an iterator receives from the one channel.
   class iterator {
    public:
     using value_type = T;
     using difference_type = std::ptrdiff_t;
+    using reference = T&;
+    using pointer = T*;
     using iterator_category = std::input_iterator_tag;
+
+    // What it++ returns: the value `it` held before the ++ (moved out of it),
+    // so that `*it++` works as for any input iterator.
+    class postfix_result {
+     public:
+      T& operator*() { return *value_; }
+
+     private:
+      friend class iterator;
+      explicit postfix_result(std::optional<T> v) : value_(std::move(v)) {}
+      std::optional<T> value_;
+    };
+
     iterator() = default;
     explicit iterator(Chan* c) : chan_(c) { ++*this; }
-    T& operator*() { return *value_; }
+    iterator(const iterator&) = default;  // deleted unless T is copyable
+    iterator(iterator&&) = default;
+    // The assignments construct the value in place: T need not be assignable.
+    iterator& operator=(const iterator& o)
+      requires std::is_copy_constructible_v<T>
+    {
+      if (this != &o) Assign(o.chan_, o.value_);
+      return *this;
+    }
+    iterator& operator=(iterator&& o) noexcept {
+      if (this != &o) Assign(o.chan_, std::move(o.value_));
+      return *this;
+    }
+
+    // The value last received. A const iterator gives it too (input
+    // iterators are read through a const one), as a const pointer would.
+    T& operator*() const { return *value_; }
+    T* operator->() const { return &*value_; }
     iterator& operator++() {
       value_.reset();  // received in place: T need not be assignable
       internal::ChanRecv(chan_->core(), &value_);
       if (!value_) chan_ = nullptr;
       return *this;
     }
+    postfix_result operator++(int) {
+      postfix_result old(std::move(value_));
+      ++*this;
+      return old;
+    }
     bool operator==(const iterator& o) const { return chan_ == o.chan_; }
 
    private:
-    Chan* chan_ = nullptr;
-    std::optional<T> value_;
+    template <typename Opt>
+    void Assign(Chan* c, Opt&& v) {
+      chan_ = c;
+      value_.reset();
+      if (v) value_.emplace(*std::forward<Opt>(v));
+    }
+
+    Chan* chan_ = nullptr;  // nullptr: the end (the channel closed and drained)
+    mutable std::optional<T> value_;
   };
   iterator begin() { return iterator(this); }
   iterator end() { return iterator(); }
