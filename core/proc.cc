@@ -122,6 +122,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <string>
 #include <thread>
 
 #include <cxxabi.h>
@@ -1590,6 +1591,20 @@ void EnsureStarted(const Options& opts) {
   // handler there, with a context that no longer matches the interrupted
   // code: an injected call would land anywhere. Cooperative preemption stays.
   if (kTsanBuild) o.async_preemption = false;
+  // The code a signal may interrupt: the executable's, unless libstdc++,
+  // libgcc's unwinder or libc is linked into it (core/preempt.cc). Their
+  // per-thread state cannot follow a goroutine to another thread, and their
+  // code cannot be told from the program's, so then nothing is interrupted.
+  if (std::string linked = InitPreemptibleRanges(); !linked.empty() && o.async_preemption) {
+    bool several = linked.find(" and ") != std::string::npos;
+    WriteStderr(absl::StrCat(
+        "goro: ", linked, several ? " are" : " is",
+        " linked into the executable, where their code cannot be told from the program's: async preemption "
+        "is off, goroutines yield only at goro calls and Checkpoint(); link ", several ? "them" : "it",
+        " dynamically (no -static, -static-libstdc++ or -static-libgcc) to get it back, or register the "
+        "program's own code with goro::RegisterPreemptibleCode before the runtime starts\n"));
+    o.async_preemption = false;
+  }
   sched.async_preemption = o.async_preemption;
   sched.opts = o;
   StackInitGlobal(o.stack_size);
@@ -1605,7 +1620,6 @@ void EnsureStarted(const Options& opts) {
   // Now rather than in a fatal error, which may strike inside the dynamic
   // loader's lock (or with memory exhausted) where dlopen would fail or hang.
   PreloadUnwinder();
-  InitPreemptibleRanges();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {
     absl::MutexLock sl(&sched.mu);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -546,7 +547,11 @@ void StartSysmon();
 bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns = -1, int64_t cpu_wall = 0);
 // Whether async preemption may stop code at pc (core/preempt.cc).
 bool PreemptiblePc(uintptr_t pc);
-void InitPreemptibleRanges();
+// Fills the table PreemptiblePc reads (once; core/preempt.cc). Returns the
+// runtime libraries linked into the main executable ("libstdc++ and libc"),
+// which leave no code that may be interrupted, unless the program registered
+// its own code first (then ""); "" when they are shared objects.
+std::string InitPreemptibleRanges();
 
 // A uniformly distributed random number for the calling thread.
 uint32_t FastRand();

@@ -15,7 +15,11 @@
 // Preemptible code is the main executable, by default. Code in shared
 // libraries (libc, libstdc++, allocators with per-thread caches, the dynamic
 // loader) is never interrupted: its preemption waits for the next safe point.
-// See docs/preemption.md for what this means for thread_local variables.
+// When libstdc++, libgcc's unwinder or libc is linked into the executable
+// (-static, -static-libstdc++, -static-libgcc), nothing is preemptible and
+// async preemption is off, with one line on stderr, unless the program
+// registered its own code first. See docs/preemption.md for this and for
+// what preemption means for thread_local variables.
 #ifndef GORO_PREEMPT_H_
 #define GORO_PREEMPT_H_
 
@@ -52,7 +56,9 @@ class NoPreemptScope {
 // example a shared library of yours that keeps no per-thread state. At most
 // 64 ranges, counting the main executable's executable segments (usually
 // one), which the runtime adds to the same table when it starts; call before
-// the code runs goroutines. Returns false when full.
+// the code runs goroutines. Returns false when full. In an executable with
+// the runtime libraries linked in (above), ranges registered before the
+// runtime starts are the only preemptible code, and keep async preemption on.
 bool RegisterPreemptibleCode(const void* begin, const void* end);
 // Marks [begin, end) as code where a goroutine is never interrupted, even in
 // the main executable. Exclusions win over registrations.

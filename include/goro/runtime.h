@@ -38,7 +38,9 @@ struct Options {
   absl::Duration time_slice = absl::Milliseconds(10);
   // Whether a goroutine that never reaches a safe point is interrupted by a
   // signal. GORODEBUG=asyncpreemptoff=1 turns it off. Always off in a
-  // ThreadSanitizer build (docs/sanitizers.md).
+  // ThreadSanitizer build (docs/sanitizers.md), and off, with one line on
+  // stderr, when libstdc++, libgcc's unwinder or libc is linked into the
+  // executable (static linking: docs/preemption.md).
   bool async_preemption = true;
   // Address space reserved for each goroutine's stack. Pages are committed as
   // they are touched; a 64 KiB guard below the stack catches overflow (for
@@ -177,7 +179,8 @@ Stats GetStats();
 
 // The settings the runtime runs with: the Options it was started with as the
 // environment (GOROMAXPROCS, GORODEBUG), the build (no async preemption under
-// ThreadSanitizer) and the CPU (none without XSAVE) changed them, with
+// ThreadSanitizer, nor with the runtime libraries linked statically) and the
+// CPU (none without XSAVE) changed them, with
 // max_procs the number of Ps. Before the runtime starts: Options{}.
 Options GetOptions();
 
