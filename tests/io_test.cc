@@ -1628,10 +1628,13 @@ TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
   goro_test::RunBounded(
       [&] {
         char c = 'x';
+        goro::WaitGroup helpers;  // they use this frame's variables
         EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(p[0], absl::InfinitePast())));  // registers it
+        helpers.Add(1);
         goro::Go([&] {
           goro::SleepFor(absl::Milliseconds(20));
           EXPECT_EQ(write(p[1], &c, 1), 1);
+          helpers.Done();
         });
         ASSERT_TRUE(io::WaitReadable(p[0], In(absl::Seconds(10))).ok());
         ASSERT_EQ(read(p[0], &c, 1), 1);
@@ -1646,12 +1649,15 @@ TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
 
         // Fill the socket; the peer makes room, and it is filled again.
         char block[4096] = {};
+        char sink[4096];
         while (write(sp[0], block, sizeof block) > 0) {
         }
+        helpers.Add(1);
         goro::Go([&] {
           goro::SleepFor(absl::Milliseconds(20));
-          while (read(sp[1], block, sizeof block) > 0) {
+          while (read(sp[1], sink, sizeof sink) > 0) {
           }
+          helpers.Done();
         });
         ASSERT_TRUE(io::WaitWritable(sp[0], In(absl::Seconds(10))).ok());
         while (write(sp[0], block, sizeof block) > 0) {
@@ -1664,12 +1670,15 @@ TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
         EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
         EXPECT_LE(spurious, 1) << "WaitWritable returned OK on a full socket";
         // And a wait that must end: the peer drains the socket.
+        helpers.Add(1);
         goro::Go([&] {
           goro::SleepFor(absl::Milliseconds(20));
-          while (read(sp[1], block, sizeof block) > 0) {
+          while (read(sp[1], sink, sizeof sink) > 0) {
           }
+          helpers.Done();
         });
         EXPECT_TRUE(io::WaitWritable(sp[0], In(absl::Seconds(10))).ok());
+        helpers.Wait();
       },
       absl::Seconds(30));
   for (int fd : {p[0], p[1], sp[0], sp[1]}) EXPECT_TRUE(io::Close(fd).ok());
@@ -1688,11 +1697,16 @@ TEST_F(IoTest, ReadAfterWaitReadableThatFollowedAShortReadReadsAtOnce) {
         ASSERT_EQ(write(client, "0123456789", 10), 10);
         absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
         ASSERT_TRUE(r.ok() && *r == 10) << r.status();
+        goro::WaitGroup writer;
+        writer.Add(1);
         goro::Go([&] {
           goro::SleepFor(absl::Milliseconds(20));  // WaitReadable parks first
           EXPECT_EQ(write(client, "y", 1), 1);
+          writer.Done();
         });
-        ASSERT_TRUE(io::WaitReadable(server, In(absl::Seconds(10))).ok());
+        absl::Status w = io::WaitReadable(server, In(absl::Seconds(10)));
+        writer.Wait();  // before any ASSERT returns: it uses this frame
+        ASSERT_TRUE(w.ok()) << w;
         r = io::Read(server, buf, sizeof buf, In(absl::Seconds(2)));
         ASSERT_TRUE(r.ok()) << r.status();
         EXPECT_EQ(std::string(buf, *r), "y");
