@@ -18,7 +18,10 @@
 // through here.
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <atomic>
 
 #include "core/runtime.h"
@@ -33,9 +36,20 @@ namespace {
 
 using MaskFn = int (*)(int, const sigset_t*, sigset_t*);
 
-MaskFn Resolve(const char* name, MaskFn fallback) {
+// The last resort, should a static link have left out libc's own: the
+// system call (libc also keeps its cancellation signals unblocked; a
+// program that has neither function can hardly use those).
+int RawPthreadSigmask(int how, const sigset_t* set, sigset_t* old) {
+  return syscall(SYS_rt_sigprocmask, how, set, old, _NSIG / 8) == 0 ? 0 : errno;
+}
+int RawSigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  return syscall(SYS_rt_sigprocmask, how, set, old, _NSIG / 8) == 0 ? 0 : -1;
+}
+
+MaskFn Resolve(const char* name, MaskFn fallback, MaskFn raw) {
   auto f = reinterpret_cast<MaskFn>(dlsym(RTLD_NEXT, name));
-  return f != nullptr ? f : fallback;
+  if (f == nullptr) f = fallback;
+  return f != nullptr ? f : raw;
 }
 
 // Resolved before main (dlsym is not async-signal-safe, and pthread_sigmask
@@ -46,7 +60,7 @@ std::atomic<MaskFn> real_sigprocmask{nullptr};
 MaskFn RealPthreadSigmask() {
   MaskFn f = real_pthread_sigmask.load(std::memory_order_acquire);
   if (f == nullptr) {
-    f = Resolve("pthread_sigmask", __pthread_sigmask);
+    f = Resolve("pthread_sigmask", __pthread_sigmask, RawPthreadSigmask);
     real_pthread_sigmask.store(f, std::memory_order_release);
   }
   return f;
@@ -55,7 +69,7 @@ MaskFn RealPthreadSigmask() {
 MaskFn RealSigprocmask() {
   MaskFn f = real_sigprocmask.load(std::memory_order_acquire);
   if (f == nullptr) {
-    f = Resolve("sigprocmask", __sigprocmask);
+    f = Resolve("sigprocmask", __sigprocmask, RawSigprocmask);
     real_sigprocmask.store(f, std::memory_order_release);
   }
   return f;
