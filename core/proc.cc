@@ -160,26 +160,50 @@ void AskSysmonToCheckForDeadlock() {
   WakeSysmonToRetry();
 }
 
-// The stand-in G of a plain thread, counted awake from its first goro call
-// until the thread exits (see Sched::external_awake). The last awake thread
-// to exit may be what completes a deadlock, as when it parks (Park): the Ms
-// may all have gone idle while it still counted. But a thread's exit may
-// also be part of the program's: exit() runs the calling thread's
-// thread_local destructors, and static destructors may join threads that
-// used goro. Go does not look for deadlocks once main returns, and a report
-// then would turn the end of the program into a fatal error. So the check
-// is sysmon's, 100 ms later, and only if exit() has not begun by then (the
-// runtime's atexit handler says so); never for the main thread's exit.
-struct ExternalGDeleter {
-  void operator()(G* g) const {
-    if (sched.external_awake.fetch_sub(1) == 1 && ::syscall(SYS_gettid) != getpid() &&
-        sched.started.load(std::memory_order_acquire)) {
-      AskSysmonToCheckForDeadlock();
-    }
-    delete g;
+// The stand-in G of a plain thread (ExternalG), counted awake from its first
+// goro call until the thread exits (see Sched::external_awake). A plain
+// pointer that no destructor touches: the thread may call goro from its own
+// thread_local destructors, and a thread that calls exit() (main, as a rule)
+// from the static destructors and atexit handlers that run after those, all
+// on this G (docs/scheduler.md). A pthread key's destructor frees it
+// (FreeExternalG): the key holds the same pointer, and the C library runs key
+// destructors when a thread exits, after its thread_local destructors, never
+// in exit(). The G of a thread that calls exit() lives to the end of the
+// process, as the runtime's globals do.
+constinit thread_local G* tls_external_g = nullptr;
+// FreeExternalG has run on this thread: a goro call from a pthread key
+// destructor that runs after it gets a G that is not counted awake (see
+// ExternalG).
+constinit thread_local bool tls_external_g_freed = false;
+
+// The destructor of ExternalGKey, when a plain thread that used goro exits.
+// The last awake thread to exit may be what completes a deadlock, as when it
+// parks (Park): the Ms may all have gone idle while it still counted. But a
+// thread's exit may also be part of the program's: static destructors may
+// join threads that used goro. Go does not look for deadlocks once main
+// returns, and a report then would turn the end of the program into a fatal
+// error. So the check is sysmon's, 100 ms later, and only if exit() has not
+// begun by then (the runtime's atexit handler says so); never for the main
+// thread's exit (pthread_exit from main).
+void FreeExternalG(void* arg) {
+  G* g = static_cast<G*>(arg);
+  tls_external_g = nullptr;
+  tls_external_g_freed = true;
+  if (!g->external_uncounted && sched.external_awake.fetch_sub(1) == 1 &&
+      ::syscall(SYS_gettid) != getpid() && sched.started.load(std::memory_order_acquire)) {
+    AskSysmonToCheckForDeadlock();
   }
-};
-thread_local std::unique_ptr<G, ExternalGDeleter> tls_external_g;
+  delete g;
+}
+
+pthread_key_t ExternalGKey() {
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    if (pthread_key_create(&k, FreeExternalG) != 0) Fatal("ExternalGKey: pthread_key_create failed");
+    return k;
+  }();
+  return key;
+}
 thread_local uint64_t tls_rand = 0;
 
 constexpr int kMaxThreads = 10000;
@@ -225,13 +249,23 @@ namespace {
 namespace {
 
 G* ExternalG() {
-  if (!tls_external_g) {
-    tls_external_g.reset(new G());
+  if (G* g = tls_external_g) return g;
+  G* g = new G();
+  g->external = true;
+  g->status.store(GStatus::kRunning, std::memory_order_relaxed);
+  // Made by a pthread key destructor after FreeExternalG ran: the thread is
+  // ending, and the C library may run out of rounds of key destructors before
+  // FreeExternalG runs again (the G then leaks). Counted, it would keep
+  // external_awake above zero for good, and no deadlock would be reported
+  // again; so it is never counted, parked or not (Park, Ready).
+  if (tls_external_g_freed) {
+    g->external_uncounted = true;
+  } else {
     sched.external_awake.fetch_add(1);
-    tls_external_g->external = true;
-    tls_external_g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   }
-  return tls_external_g.get();
+  if (pthread_setspecific(ExternalGKey(), g) != 0) Fatal("ExternalG: pthread_setspecific failed");
+  tls_external_g = g;
+  return g;
 }
 
 }  // namespace
@@ -1208,7 +1242,7 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
       g->status.store(GStatus::kRunning, std::memory_order_relaxed);
       return;
     }
-    if (sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
+    if (!g->external_uncounted && sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
       // The last awake plain thread going to sleep may be what completes a
       // deadlock (the Ms may all have gone idle before it parked).
       absl::MutexLock lock(&sched.mu);
@@ -1237,7 +1271,7 @@ void Ready(G* g) {
   if (g->external) {
     // Awake from this moment, before its thread runs: otherwise the last M
     // could go idle in between and see nobody who might wake anyone.
-    sched.external_awake.fetch_add(1);
+    if (!g->external_uncounted) sched.external_awake.fetch_add(1);
     g->note.Wakeup();
     return;
   }

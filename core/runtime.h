@@ -176,6 +176,10 @@ struct alignas(64) G {
   WaitReason wait_reason = WaitReason::kNone;
   // A plain thread's stand-in G (see ExternalG); parks on `note`.
   bool external = false;
+  // A stand-in G made while its thread ends (after FreeExternalG in
+  // core/proc.cc): never counted in Sched::external_awake. Set before the G
+  // is used.
+  bool external_uncounted = false;
   // In the global queue because it was preempted (guarded by sched.mu): a
   // P takes such a goroutine alone, never in a batch into its ring.
   bool spent_slice = false;
@@ -384,7 +388,7 @@ struct Sched {
   std::atomic<int32_t> netpoll_waiters{0};
   std::atomic<int64_t> last_poll{0};  // Nanotime of the last netpoll; 0: an M is blocked in it
   // When sysmon is to check for deadlock (0: not asked): set when the last
-  // awake plain thread exits (see ExternalGDeleter in core/proc.cc).
+  // awake plain thread exits (see FreeExternalG in core/proc.cc).
   std::atomic<int64_t> deadlock_check_at{0};
   std::atomic<bool> exiting{false};  // exit() has begun (an atexit handler)
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.

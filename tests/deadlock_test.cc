@@ -6,6 +6,7 @@
 //
 // Every case runs in a child process: a false report would otherwise end the
 // whole test binary.
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -417,6 +418,44 @@ TEST(DeadlockTest, ReportedWhenTheLastAwakePlainThreadExits) {
 }
 
 
+// A goro call from a pthread key destructor that runs after goro's own
+// (which frees the thread's stand-in G) gets a new stand-in G, which the C
+// library may never free: it runs key destructors for a few rounds only
+// (PTHREAD_DESTRUCTOR_ITERATIONS, 4 in glibc), and this key re-arms itself
+// every round, so the G made in the last round is leaked. Such a G must not
+// count as an awake thread, or no deadlock is ever reported again. Fails
+// (the watchdog's message instead of the report) if it is counted.
+pthread_key_t rearming_key;
+std::atomic<int> rearming_rounds{0};
+
+void SleepAndRearm(void*) {
+  goro::SleepFor(absl::Microseconds(100));  // parks on a stand-in G
+  rearming_rounds++;
+  pthread_setspecific(rearming_key, &rearming_key);
+}
+
+TEST(DeadlockTest, GoroCallsFromTheLastPthreadKeyDestructorsDoNotHideADeadlock) {
+  EXPECT_DEATH(
+      {
+        goro_test::StartRuntime();  // goro's key first: the lower index, destroyed first in a round
+        pthread_key_create(&rearming_key, SleepAndRearm);
+        std::thread t([] {
+          pthread_setspecific(rearming_key, &rearming_key);
+          goro::SleepFor(absl::Milliseconds(1));  // the runtime knows this thread from here on
+        });
+        t.join();
+        if (rearming_rounds.load() < 2) {
+          fprintf(stderr, "the key destructor ran %d times\n", rearming_rounds.load());
+          _exit(1);
+        }
+        RunExpectingDeadlock([] {
+          goro::Chan<int> c;
+          c.Recv();
+        });
+      },
+      kDeadlock);
+}
+
 // ... nor during exit(), when a static destructor joins a thread that used
 // goro (a global pool, say) while another thread waits in Run for a blocked
 // goroutine: that thread's exit is part of the program's. Fails (exit status
@@ -460,10 +499,11 @@ TEST(DeadlockTest, ThreadJoinedByAStaticDestructorIsNotADeadlock) {
 }
 
 // ... but exit() from main while another thread waits in Run for a goroutine
-// that can never run again ends the program as asked: main's thread_local
-// destructors run inside exit(), and main leaving is no deadlock. Fails
-// (exit status 2 and the report) if the exit of the main thread, the last
-// awake one, is checked like any other thread's.
+// that can never run again ends the program as asked: main leaving is no
+// deadlock. (Main, the last awake thread, stays counted awake through exit():
+// its stand-in G is freed only when a thread ends, never by exit().) Fails
+// (exit status 2 and the report) if main's exit is checked like the end of
+// any other thread.
 TEST(DeadlockTest, ExitFromMainWhileRunWaitsIsNotADeadlock) {
   EXPECT_EXIT(
       {

@@ -975,4 +975,132 @@ TEST(CondVarTest, PlainThreadsOnly) {
   EXPECT_EQ(turn, 0);
 }
 
+// ---------------------------------------------------------------------------
+// Plain threads blocking in goro at their end, and during exit()
+//
+// A plain thread parks on its stand-in G (core/proc.cc, ExternalG), which
+// must outlive every place the thread can still call goro from: its own
+// thread_local destructors, and, for a thread that calls exit(), the static
+// destructors and atexit handlers that run after those. Each case runs in a
+// child process, which must exit cleanly. Each also checks that the thread
+// still counts as awake (Sched::external_awake) while it calls goro there,
+// and allocates a G-sized probe where malloc would hand back a freed stand-in
+// G: a park on the freed G writes into the probe.
+
+using goro::internal::sched;
+
+// A G-sized block filled with a pattern: malloc hands a just-freed G's chunk
+// back for it, so a park on that freed G writes into it.
+struct Probe {
+  static constexpr unsigned char kFill = 0xAB;
+  unsigned char bytes[sizeof(goro::internal::G)];
+  Probe() { memset(bytes, kFill, sizeof bytes); }
+  bool Untouched() const {
+    for (unsigned char b : bytes) {
+      if (b != kFill) return false;
+    }
+    return true;
+  }
+};
+
+// A worker pool whose destructor stops its goroutines and waits for them with
+// a WaitGroup: a global's destructor, run by exit() after main's thread_local
+// destructors.
+struct PoolStoppedAtExit {
+  static constexpr int kWorkers = 4;
+  std::atomic<bool> stop{false};
+  std::atomic<int> finished{0};
+  goro::WaitGroup wg;
+  void Start() {
+    wg.Add(kWorkers);
+    for (int i = 0; i < kWorkers; ++i) {
+      goro::Go([this] {
+        while (!stop.load()) goro::SleepFor(absl::Milliseconds(1));
+        finished++;
+        wg.Done();
+      });
+    }
+  }
+  ~PoolStoppedAtExit() {
+    auto* probe = new Probe;
+    const int awake = sched.external_awake.load();
+    stop = true;
+    wg.Wait();  // parks main: the workers sleep
+    CHILD_CHECK(finished.load() == kWorkers, "%d of %d workers finished", finished.load(), kWorkers);
+    CHILD_CHECK(probe->Untouched(), "WaitGroup::Wait wrote into a live allocation: it parked on a freed G");
+    CHILD_CHECK(awake >= 1, "main, calling goro from a static destructor, is not counted awake (%d)", awake);
+    delete probe;
+    if (goro_test::child_failures.load() != 0) _exit(1);
+  }
+};
+
+// Fails without the fix: main's stand-in G was a thread_local, deleted by
+// exit() before static destructors run, and Wait parked on it (the probe is
+// written; ASan reports a heap-use-after-free), with main no longer counted.
+TEST(PlainThreadAtExitTest, WaitGroupWaitInAStaticDestructor) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(absl::Seconds(30), "exit() with a pool waiting for its goroutines");
+        goro_test::StartRuntime();  // main's stand-in G exists from here on
+        static PoolStoppedAtExit pool;  // destroyed by exit(), after main's thread_locals
+        pool.Start();
+        goro::SleepFor(absl::Milliseconds(2));
+        exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// A thread_local whose destructor takes a goro Mutex that main holds. It is
+// constructed before the thread's first goro call, so it is destroyed after
+// anything goro could have registered at that call.
+goro::Mutex* thread_end_mu;
+std::atomic<int> awake_in_thread_end{-1};
+std::atomic<bool> locked_in_thread_end{false};
+struct LocksAtThreadEnd {
+  bool armed = false;
+  ~LocksAtThreadEnd() {
+    if (!armed) return;
+    auto* probe = new Probe;
+    awake_in_thread_end = sched.external_awake.load();
+    thread_end_mu->Lock();  // contended: parks until main unlocks
+    locked_in_thread_end = true;
+    thread_end_mu->Unlock();
+    CHILD_CHECK(probe->Untouched(), "Mutex::Lock wrote into a live allocation: it parked on a freed G");
+    delete probe;
+  }
+};
+thread_local LocksAtThreadEnd locks_at_thread_end;
+
+// Fails without the fix: the thread's stand-in G was a thread_local
+// registered at its first goro call, deleted before this destructor, and
+// Lock parked on it (the probe is written; ASan reports a
+// heap-use-after-free), with the thread no longer counted awake.
+TEST(PlainThreadAtExitTest, ContendedMutexLockInAThreadLocalDestructor) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(absl::Seconds(30), "a thread ending with a contended Lock");
+        goro_test::StartRuntime();  // main counts awake from here on
+        thread_end_mu = new goro::Mutex;
+        thread_end_mu->Lock();
+        std::thread t([] {
+          locks_at_thread_end.armed = true;
+          CHILD_CHECK(!thread_end_mu->TryLock(), "TryLock took a locked Mutex");  // its first goro call
+        });
+        CHILD_CHECK(Eventually([] { return awake_in_thread_end.load() >= 0; }), "the destructor never ran");
+        const int awake = awake_in_thread_end.load();
+        CHILD_CHECK(awake == 2, "%d plain threads awake in the destructor, not 2 (main and the ending thread)",
+                    awake);
+        // The thread parks in Lock: it no longer counts as awake.
+        CHILD_CHECK(Eventually([awake] { return sched.external_awake.load() < awake; }),
+                    "the ending thread never parked in Lock");
+        thread_end_mu->Unlock();
+        t.join();
+        CHILD_CHECK(locked_in_thread_end.load(), "Lock in the destructor did not return");
+        CHILD_CHECK(sched.external_awake.load() == 1, "%d plain threads awake after the thread ended, not 1",
+                    sched.external_awake.load());
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
