@@ -182,9 +182,10 @@ constinit thread_local bool tls_external_g_freed = false;
 // thread's exit may also be part of the program's: static destructors may
 // join threads that used goro. Go does not look for deadlocks once main
 // returns, and a report then would turn the end of the program into a fatal
-// error. So the check is sysmon's, 100 ms later, and only if exit() has not
-// begun by then (the runtime's atexit handler says so); never for the main
-// thread's exit (pthread_exit from main).
+// error. So the check is sysmon's, 100 ms later, and once exit() has begun
+// (the runtime's atexit handler says so) it reports only a Run begun since
+// (CheckDeadLocked); never for the main thread's exit (pthread_exit from
+// main).
 void FreeExternalG(void* arg) {
   G* g = static_cast<G*>(arg);
   tls_external_g = nullptr;
@@ -553,6 +554,13 @@ void StopM(M* m) {
 // later, if all of this still holds then.
 void CheckDeadLocked(bool report_now) {
   if (sched.run_waiters == 0) return;
+  // Once exit() has begun, only a Run begun since counts: the Runs begun
+  // before belong to the program that is ending (Go does not look for
+  // deadlocks once main returns), and what they wait for may stop as part
+  // of the exit (static destructors joining threads). A Run from an atexit
+  // handler or a static destructor whose goroutine can never finish would
+  // hang exit() for good.
+  if (sched.exiting.load(std::memory_order_acquire) && sched.exit_run_waiters == 0) return;
   if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone
   // Someone is running. Ms wired to a blocked goroutine are as idle as the
   // goroutine, and so is an M asleep on its futex until a timer (not in
@@ -1704,6 +1712,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   internal::EnsureStarted(opts);
   internal::WarnIgnoredOptions(opts, sched.start_opts, sched.opts);
   bool from_thread = !internal::OnGoroutine();
+  bool during_exit = false;  // begun once exit() had (see CheckDeadLocked)
   WaitGroup done;
   done.Add(1);
   if (from_thread) {
@@ -1712,9 +1721,13 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     internal::CurrentG();
     absl::MutexLock lock(&sched.mu);
     sched.run_waiters++;
+    if (sched.exiting.load(std::memory_order_acquire)) {
+      during_exit = true;
+      sched.exit_run_waiters++;
+    }
   }
   internal::RuntimeScope scope;
-  auto body = [&fn, &done, from_thread]() mutable {
+  auto body = [&fn, &done, from_thread, during_exit]() mutable {
     std::move(fn)();
     internal::RuntimeScope scope;
     if (from_thread) {
@@ -1722,6 +1735,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
       // M can see the caller waiting after its goroutine has finished.
       absl::MutexLock lock(&sched.mu);
       sched.run_waiters--;
+      if (during_exit) sched.exit_run_waiters--;
     }
     done.Done();
   };

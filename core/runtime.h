@@ -357,6 +357,9 @@ struct Sched {
   // Threads blocked in Run() waiting for their goroutine; deadlock is
   // reported only while this is positive.
   int run_waiters ABSL_GUARDED_BY(mu) = 0;
+  // Of those, the ones whose Run began once exit() had (`exiting`): the only
+  // ones a deadlock is reported for from then on (CheckDeadLocked).
+  int exit_run_waiters ABSL_GUARDED_BY(mu) = 0;
   // Plain threads that have used goro and are not parked in it (a thread
   // sleeping in goro::SleepFor counts as awake). Any of them may yet wake a
   // goroutine, so no deadlock is reported while this is positive. Threads
@@ -388,7 +391,8 @@ struct Sched {
   std::atomic<int32_t> netpoll_waiters{0};
   std::atomic<int64_t> last_poll{0};  // Nanotime of the last netpoll; 0: an M is blocked in it
   // When sysmon is to check for deadlock (0: not asked): set when the last
-  // awake plain thread exits (see FreeExternalG in core/proc.cc).
+  // awake plain thread exits (see FreeExternalG in core/proc.cc), and by a
+  // check that found the program stuck, to report if it still is then.
   std::atomic<int64_t> deadlock_check_at{0};
   std::atomic<bool> exiting{false};  // exit() has begun (an atexit handler)
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.

@@ -287,7 +287,7 @@ void SysmonLoop() {
   for (;;) {
     if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && Nanotime() >= at) {
       sched.deadlock_check_at.store(0, std::memory_order_relaxed);
-      if (!sched.exiting.load(std::memory_order_acquire)) CheckDeadlock();
+      CheckDeadlock();  // after exit() has begun, only for a Run begun since
     }
     if (int64_t now = Nanotime(); now >= next_trace) {
       PrintSchedTrace(now, sched.scheddetail);

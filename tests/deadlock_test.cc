@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -525,6 +526,31 @@ TEST(DeadlockTest, ExitFromMainWhileRunWaitsIsNotADeadlock) {
         exit(0);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// A Run begun during exit(), here from an atexit handler, whose goroutine
+// blocks forever is a deadlock like any other: exit() would hang for good.
+// The handler is registered before the runtime starts, so it runs after the
+// runtime's own, which records that exit() has begun. Fails (the watchdog's
+// message instead of the report) if every deadlock check is skipped once
+// exit() has begun, not only those for the Runs begun before.
+TEST(DeadlockTest, RunFromAnAtexitHandlerIsReported) {
+  EXPECT_DEATH(
+      {
+        if (goro::GetStats().procs != 0) {
+          fprintf(stderr, "the runtime started before the test registered its atexit handler\n");
+          _exit(1);
+        }
+        std::atexit([] {
+          RunExpectingDeadlock([] {
+            goro::Chan<int> c;
+            c.Recv();
+          });
+        });
+        goro_test::StartRuntime();
+        exit(0);
+      },
+      kDeadlock);
 }
 
 }  // namespace

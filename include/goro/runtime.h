@@ -61,6 +61,9 @@ struct Options {
 // with nothing that could wake one, the process ends with
 // "fatal error: all goroutines are asleep - deadlock!". A plain thread counts
 // as something that could from its first goro call (docs/scheduler.md).
+// Once exit() has begun, only a Run begun since (from an atexit handler or a
+// static destructor) is reported: the program is ending, and Go does not
+// look for deadlocks once main returns.
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
 namespace internal {
