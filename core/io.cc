@@ -167,6 +167,35 @@ absl::Status WaitReady(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t de
   }
 }
 
+// The fd's turn for one direction (PollDesc::AcquireOps, Go's fdMutex),
+// held for the rest of an operation on a polled fd.
+class OpsTurn {
+ public:
+  OpsTurn() = default;
+  OpsTurn(const OpsTurn&) = delete;
+  OpsTurn& operator=(const OpsTurn&) = delete;
+  ~OpsTurn() {
+    if (pd_ != nullptr) pd_->ReleaseOps(dir_);
+  }
+  absl::Status Take(PollDesc* pd, int fd, uint64_t seq, PollDesc::OpDir dir, int64_t deadline_ns) {
+    switch (pd->AcquireOps(dir, seq, deadline_ns)) {
+      case PollDesc::OpTurn::kMine:
+        pd_ = pd;
+        dir_ = dir;
+        return absl::OkStatus();
+      case PollDesc::OpTurn::kDeadline:
+        return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+      case PollDesc::OpTurn::kClosed:
+        break;
+    }
+    return ClosedError(fd);
+  }
+
+ private:
+  PollDesc* pd_ = nullptr;
+  PollDesc::OpDir dir_ = PollDesc::kReadOps;
+};
+
 // For a blocking standard stream, which the poller does not watch: waits in
 // a marked blocking region until poll(2) says the fd is ready for `events`
 // (or hung up, or in error: the operation then says so), or the deadline
@@ -249,6 +278,8 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     }
   }
   int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   if (dl >= 0 && pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
     // Not with a deadline already passed: such a Read means "what is there
@@ -282,6 +313,10 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;  // one Write at a time: its bytes are not interleaved with another's
+  if (pollable) {
+    if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  }
   while (done < n) {
     ssize_t r;
     if (pollable) {
@@ -325,6 +360,10 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   bool pollable;
   if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;
+  if (pollable) {
+    if (absl::Status s = turn.Take(pd, listen_fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  }
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
@@ -347,6 +386,11 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   uint64_t seq;
   bool pollable;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
+  int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;
+  if (pollable) {
+    if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  }
   int err = 0;
   bool retried = false;
   while (::connect(fd, addr, len) < 0) {
@@ -361,7 +405,6 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   // EAGAIN is not "under way": no connection was started (a Unix-domain
   // listener's queue is full, or no local TCP port is free), as in Go.
   if (err != EINPROGRESS && err != EALREADY) return internal::ErrnoStatus(err, "connect", fd);
-  int64_t dl = internal::DeadlineNanos(deadline);
   // As Go's netFD.connect: a wake-up proves nothing by itself (a readiness
   // latched before the connect began, say), so ask the socket each time.
   for (;;) {
@@ -399,7 +442,10 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   if (stream) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
   if (!pollable) return absl::OkStatus();  // regular files are always ready
-  return internal::WaitReady(pd, fd, seq, Mode::kRead, internal::DeadlineNanos(deadline));
+  const int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  return internal::WaitReady(pd, fd, seq, Mode::kRead, dl);
 }
 
 absl::Status WaitWritable(int fd, absl::Time deadline) {
@@ -410,7 +456,10 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   if (stream) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
   if (!pollable) return absl::OkStatus();
-  return internal::WaitReady(pd, fd, seq, Mode::kWrite, internal::DeadlineNanos(deadline));
+  const int64_t dl = internal::DeadlineNanos(deadline);
+  internal::OpsTurn turn;
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  return internal::WaitReady(pd, fd, seq, Mode::kWrite, dl);
 }
 
 absl::Status Close(int fd) {

@@ -264,11 +264,151 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
   return r;
 }
 
+namespace {
+enum : int { kOpWaiting, kOpGranted, kOpTimedOut, kOpClosed };
+}  // namespace
+
+// A goroutine (or plain thread) waiting for a turn, on its own stack.
+struct PollDesc::OpWaiter {
+  PollDesc* pd = nullptr;
+  G* g = nullptr;
+  // kOpWaiting until exactly one of these claims it with a CAS: ReleaseOps
+  // (granted), the deadline timer (timed out; it may not take pd->lock, as it
+  // runs under a timer lock), EndSeqLocked (closed).
+  std::atomic<int> outcome{kOpWaiting};
+  OpWaiter* next = nullptr;
+  bool queued = true;  // guarded by pd->lock: whoever takes it out clears it
+  Timer timer;
+};
+
+namespace {
+
+bool CommitOpWait(G* g, void* arg) {
+  auto* w = static_cast<PollDesc::OpWaiter*>(arg);
+  PollDesc* pd = w->pd;  // nothing of w is read after AddTimer (see CommitIoWait)
+  if (w->timer.f != nullptr) AddTimer(&w->timer);
+  pd->lock.Unlock();
+  return true;
+}
+
+void OpDeadline(Timer* t) {
+  auto* w = static_cast<PollDesc::OpWaiter*>(t->arg);
+  G* g = w->g;
+  int want = kOpWaiting;
+  if (w->outcome.compare_exchange_strong(want, kOpTimedOut, std::memory_order_acq_rel)) Ready(g);
+}
+
+// With pd->lock held: the first waiter of q, taken out of the queue.
+PollDesc::OpWaiter* PopOpWaiter(PollDesc::OpQueue& q) {
+  PollDesc::OpWaiter* w = q.head;
+  if (w == nullptr) return nullptr;
+  q.head = w->next;
+  if (q.head == nullptr) q.tail = nullptr;
+  w->queued = false;
+  return w;
+}
+
+}  // namespace
+
+PollDesc::OpTurn PollDesc::AcquireOps(OpDir dir, uint64_t file_seq, int64_t deadline_ns) {
+  OpQueue& q = ops[dir];
+  uint32_t s = 0;
+  if (q.state.compare_exchange_strong(s, 1, std::memory_order_acquire)) return OpTurn::kMine;
+  lock.Lock();
+  for (;;) {
+    if (seq != file_seq) {
+      lock.Unlock();
+      return OpTurn::kClosed;
+    }
+    s = q.state.load(std::memory_order_relaxed);
+    if (s == 0) {
+      if (q.state.compare_exchange_weak(s, 1, std::memory_order_acquire)) {
+        lock.Unlock();
+        return OpTurn::kMine;
+      }
+    } else if (s == 2 || q.state.compare_exchange_weak(s, 2, std::memory_order_relaxed)) {
+      break;  // taken, and ReleaseOps will look in the queue
+    }
+  }
+  if (deadline_ns < 0 || (deadline_ns != 0 && Nanotime() >= deadline_ns)) {
+    lock.Unlock();
+    return OpTurn::kDeadline;
+  }
+  OpWaiter w;
+  w.pd = this;
+  w.g = CurrentG();
+  if (deadline_ns != 0) {
+    w.timer.when = deadline_ns;
+    w.timer.f = OpDeadline;
+    w.timer.arg = &w;
+  }
+  (q.tail != nullptr ? q.tail->next : q.head) = &w;
+  q.tail = &w;
+  // Counted with the goroutines parked on I/O: the holder of the turn, whose
+  // release wakes this one, may be a plain thread the deadlock check cannot see.
+  sched.netpoll_waiters.fetch_add(1);
+  Park(dir == kReadOps ? WaitReason::kIORead : WaitReason::kIOWrite, CommitOpWait, &w);
+  sched.netpoll_waiters.fetch_sub(1);
+  if (w.timer.f != nullptr) DelTimer(&w.timer);  // afterwards OpDeadline is neither running nor pending
+  lock.Lock();
+  if (w.queued) {  // timed out: still in the queue
+    OpWaiter** link = &q.head;
+    OpWaiter* prev = nullptr;
+    while (*link != &w) {
+      prev = *link;
+      link = &(*link)->next;
+    }
+    *link = w.next;
+    if (q.tail == &w) q.tail = prev;
+  }
+  const int outcome = w.outcome.load(std::memory_order_acquire);
+  const bool closed = seq != file_seq;
+  lock.Unlock();
+  if (outcome == kOpGranted) {
+    if (!closed) return OpTurn::kMine;
+    ReleaseOps(dir);  // granted after io::Close: pass it on
+    return OpTurn::kClosed;
+  }
+  return outcome == kOpTimedOut ? OpTurn::kDeadline : OpTurn::kClosed;
+}
+
+void PollDesc::ReleaseOps(OpDir dir) {
+  OpQueue& q = ops[dir];
+  uint32_t taken = 1;
+  if (q.state.compare_exchange_strong(taken, 0, std::memory_order_release)) return;
+  G* list = nullptr;
+  lock.Lock();
+  bool handed = false;
+  while (OpWaiter* w = PopOpWaiter(q)) {
+    G* g = w->g;  // w may be gone once the CAS succeeds and g runs
+    int want = kOpWaiting;
+    if (w->outcome.compare_exchange_strong(want, kOpGranted, std::memory_order_acq_rel)) {
+      WakeParked(g, &list);
+      handed = true;
+      break;
+    }
+  }
+  if (!handed) {
+    q.state.store(0, std::memory_order_release);
+  } else if (q.head == nullptr) {
+    q.state.store(1, std::memory_order_relaxed);  // the next release needs no lock
+  }
+  lock.Unlock();
+  InjectGList(list);
+}
+
 G* PollDesc::EndSeqLocked() {
   G* list = nullptr;
   ++seq;
   TakeWaiter(rg, &list);
   TakeWaiter(wg, &list);
+  for (OpQueue& q : ops) {
+    while (OpWaiter* w = PopOpWaiter(q)) {
+      G* g = w->g;
+      int want = kOpWaiting;
+      if (w->outcome.compare_exchange_strong(want, kOpClosed, std::memory_order_acq_rel)) WakeParked(g, &list);
+    }
+  }
   return list;
 }
 

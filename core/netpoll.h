@@ -89,8 +89,30 @@ struct PollDesc {
            state == Registration::kBlockingStream;
   }
   // With `lock` held: ends the current `seq` and returns its waiters (made
-  // runnable) as a list through G::sched_link.
+  // runnable) as a list through G::sched_link, those waiting for a turn too.
   G* EndSeqLocked();
+
+  // Turns, Go's fdMutex: one operation per direction at a time. Read,
+  // Accept and WaitReadable take kReadOps; Write, Connect and WaitWritable
+  // kWriteOps. So two Writes never interleave their bytes, and several
+  // goroutines may Accept on one listener; the others wait their turn in
+  // order of arrival, each with its own deadline, and io::Close of the file
+  // ends their wait (kClosed). An uncontended turn is one CAS to take and
+  // one to give back.
+  enum OpDir { kReadOps = 0, kWriteOps = 1 };
+  enum class OpTurn { kMine, kDeadline, kClosed };
+  // deadline_ns: 0 for none, -1 for one already passed (the turn is then
+  // taken only if free).
+  OpTurn AcquireOps(OpDir dir, uint64_t file_seq, int64_t deadline_ns);
+  void ReleaseOps(OpDir dir);
+  struct OpWaiter;  // core/netpoll.cc
+  struct OpQueue {
+    // 0: free; 1: taken; 2: taken, and goroutines may wait in the queue (a
+    // release then takes the lock and hands the turn to the first).
+    std::atomic<uint32_t> state{0};
+    OpWaiter* head = nullptr;  // guarded by lock
+    OpWaiter* tail = nullptr;
+  };
 
   SpinLock lock;
   // Everything below is guarded by lock.
@@ -123,6 +145,7 @@ struct PollDesc {
   // Operations that Register parked while kClosing, linked through
   // G::sched_link; taken by FinishCloseLocked.
   G* closing_waiters = nullptr;
+  OpQueue ops[2];  // indexed by OpDir
 };
 
 // Makes a claimed waiter runnable: onto `list` (through G::sched_link), or

@@ -1788,6 +1788,140 @@ TEST_F(IoTest, ErrorsForAnFdOpenTheWrongWayAndForOneBeyondTheTable) {
   EXPECT_TRUE(io::Close(p[1]).ok());
 }
 
+// Several goroutines Accept on one listener, as Go servers often do: they
+// take turns (Go's fdMutex) instead of the second failing at once with
+// "another goroutine is already waiting". Fails if any Accept fails.
+TEST_F(IoTest, ConcurrentAcceptsOnOneListenerTakeTurns) {
+  sockaddr_in addr;
+  const int lfd = Listen(&addr);
+  ASSERT_GE(lfd, 0);
+  constexpr int kAcceptors = 4;
+  int accepted[kAcceptors];
+  absl::Status errors[kAcceptors];
+  int clients[kAcceptors];
+  goro_test::RunBounded(
+      [&] {
+        goro::WaitGroup wg;
+        for (int i = 0; i < kAcceptors; ++i) {
+          wg.Add(1);
+          goro::Go([&, i] {
+            absl::StatusOr<int> c = io::Accept(lfd, In(absl::Seconds(10)));
+            accepted[i] = c.ok() ? *c : -1;
+            errors[i] = c.status();
+            wg.Done();
+          });
+        }
+        goro::SleepFor(absl::Milliseconds(20));  // all of them waiting
+        for (int& c : clients) {
+          c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          EXPECT_EQ(connect(c, Sa(addr), sizeof addr), 0) << strerror(errno);
+        }
+        wg.Wait();
+      },
+      absl::Seconds(30));
+  for (int i = 0; i < kAcceptors; ++i) {
+    EXPECT_TRUE(errors[i].ok()) << "acceptor " << i << ": " << errors[i];
+    if (accepted[i] >= 0) {
+      EXPECT_TRUE(io::Close(accepted[i]).ok());
+    }
+    close(clients[i]);
+  }
+  EXPECT_TRUE(io::Close(lfd).ok());
+}
+
+// Concurrent Writes to one socket, each 256 KiB of its own byte, through a
+// small send buffer (so each takes many partial writes): a reader must see
+// each Write's bytes in one run, as with Go's conn.Write. Fails if Writes
+// interleave their chunks, or if a Write fails (the second writer used to
+// get "another goroutine is already waiting" when the first waited for room).
+TEST_F(IoTest, ConcurrentWritesDoNotInterleave) {
+  int sp[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+  int small = 4096;
+  setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  constexpr int kWriters = 4;
+  constexpr size_t kEach = 256 * 1024;
+  std::vector<char> got;
+  std::thread reader([&] {  // a plain thread, blocking reads
+    char buf[8192];
+    while (got.size() < kWriters * kEach) {
+      ssize_t r = read(sp[1], buf, sizeof buf);
+      if (r <= 0) break;
+      got.insert(got.end(), buf, buf + r);
+    }
+  });
+  absl::Status errors[kWriters];
+  goro_test::RunBounded(
+      [&] {
+        goro::WaitGroup wg;
+        for (int i = 0; i < kWriters; ++i) {
+          wg.Add(1);
+          goro::Go([&, i] {
+            std::vector<char> data(kEach, static_cast<char>('a' + i));
+            absl::StatusOr<size_t> w = io::Write(sp[0], data.data(), data.size(), In(absl::Seconds(20)));
+            errors[i] = w.status();
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      absl::Seconds(40));
+  shutdown(sp[0], SHUT_WR);
+  reader.join();
+  for (int i = 0; i < kWriters; ++i) EXPECT_TRUE(errors[i].ok()) << "writer " << i << ": " << errors[i];
+  ASSERT_EQ(got.size(), kWriters * kEach);
+  int runs = 1;
+  for (size_t i = 1; i < got.size(); ++i) runs += got[i] != got[i - 1];
+  EXPECT_EQ(runs, kWriters) << "the Writes' bytes were interleaved";
+  EXPECT_TRUE(io::Close(sp[0]).ok());
+  close(sp[1]);
+}
+
+// A Read waiting for its turn behind another keeps its own deadline, and
+// io::Close ends the wait of those still queued. On an empty pipe: A reads
+// with no deadline (it holds the turn), B with 50 ms, C with none. Fails if
+// B does not time out in about 50 ms, or if the Close leaves A or C waiting
+// (the bounded run fails) or not cancelled.
+TEST_F(IoTest, ReadWaitingForItsTurnKeepsItsDeadlineAndIsCancelledByClose) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  goro_test::RunBounded(
+      [&] {
+        absl::Status a, c;
+        absl::Status b;
+        absl::Duration b_took;
+        goro::WaitGroup wg;
+        wg.Add(3);
+        goro::Go([&] {
+          char ch;
+          a = io::Read(p[0], &ch, 1).status();
+          wg.Done();
+        });
+        goro::SleepFor(absl::Milliseconds(10));  // A holds the turn, parked on the pipe
+        goro::Go([&] {
+          char ch;
+          auto t0 = Now();
+          b = io::Read(p[0], &ch, 1, In(absl::Milliseconds(50))).status();
+          b_took = Since(t0);
+          wg.Done();
+        });
+        goro::Go([&] {
+          char ch;
+          c = io::Read(p[0], &ch, 1).status();
+          wg.Done();
+        });
+        goro::SleepFor(absl::Milliseconds(200));  // B timed out meanwhile
+        EXPECT_TRUE(io::Close(p[0]).ok());
+        wg.Wait();
+        EXPECT_TRUE(absl::IsDeadlineExceeded(b)) << b;
+        EXPECT_GE(b_took, absl::Milliseconds(50) - kClockSlack);
+        EXPECT_TRUE(absl::IsCancelled(a)) << a;
+        EXPECT_TRUE(absl::IsCancelled(c)) << c;
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(p[1]).ok());
+}
+
 // n concurrent loopback connections, each echoing a short message.
 //
 // Every client holds its connection open until all n have got their echo, so

@@ -19,13 +19,18 @@
 // takes the data first), and io::Close does not wake a goroutine waiting
 // on them.
 //
+// Operations take turns, as Go's do (its fdMutex): one Read, Accept or
+// WaitReadable at a time per fd, and one Write, Connect or WaitWritable; the
+// others wait in order of arrival, each until its own deadline. So the bytes
+// of concurrent Writes are never interleaved, and several goroutines may
+// Accept on one listener.
+//
 // Errors are absl::Status values, never crashes:
 //   DeadlineExceededError  the deadline passed first;
 //   CancelledError         the fd was closed with io::Close while waiting;
 //   FailedPreconditionError (EBADF)  not an open file descriptor, or not
 //                          open for the operation (a pipe's write end
-//                          read); also a second goroutine waiting to read
-//                          (or write) an fd another already waits on;
+//                          read);
 //   InvalidArgumentError   a negative fd, or one beyond the poller's table
 //                          (4M fds);
 //   UnavailableError       the peer reset the connection (ECONNRESET), or a
