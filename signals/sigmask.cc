@@ -46,10 +46,17 @@ int RawSigprocmask(int how, const sigset_t* set, sigset_t* old) {
   return syscall(SYS_rt_sigprocmask, how, set, old, _NSIG / 8) == 0 ? 0 : -1;
 }
 
-MaskFn Resolve(const char* name, MaskFn fallback, MaskFn raw) {
-  auto f = reinterpret_cast<MaskFn>(dlsym(RTLD_NEXT, name));
-  if (f == nullptr) f = fallback;
-  return f != nullptr ? f : raw;
+// libc's function `name` (resolved on first use, then cached): dlsym's, the
+// static libc's `fallback`, or `raw`.
+MaskFn Real(std::atomic<MaskFn>& cache, const char* name, MaskFn fallback, MaskFn raw) {
+  MaskFn f = cache.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<MaskFn>(dlsym(RTLD_NEXT, name));
+    if (f == nullptr) f = fallback;
+    if (f == nullptr) f = raw;
+    cache.store(f, std::memory_order_release);
+  }
+  return f;
 }
 
 // Resolved before main (dlsym is not async-signal-safe, and pthread_sigmask
@@ -58,22 +65,9 @@ std::atomic<MaskFn> real_pthread_sigmask{nullptr};
 std::atomic<MaskFn> real_sigprocmask{nullptr};
 
 MaskFn RealPthreadSigmask() {
-  MaskFn f = real_pthread_sigmask.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = Resolve("pthread_sigmask", __pthread_sigmask, RawPthreadSigmask);
-    real_pthread_sigmask.store(f, std::memory_order_release);
-  }
-  return f;
+  return Real(real_pthread_sigmask, "pthread_sigmask", __pthread_sigmask, RawPthreadSigmask);
 }
-
-MaskFn RealSigprocmask() {
-  MaskFn f = real_sigprocmask.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = Resolve("sigprocmask", __sigprocmask, RawSigprocmask);
-    real_sigprocmask.store(f, std::memory_order_release);
-  }
-  return f;
-}
+MaskFn RealSigprocmask() { return Real(real_sigprocmask, "sigprocmask", __sigprocmask, RawSigprocmask); }
 
 __attribute__((constructor(101))) void ResolveMaskFunctions() {
   RealPthreadSigmask();
