@@ -29,8 +29,6 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 
-extern char** environ;
-
 namespace {
 
 struct ProbeResult {
@@ -43,88 +41,20 @@ struct ProbeResult {
   std::vector<std::string> err_lines;  // non-empty lines of stderr
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Runs goro_env_probe with the current environment minus GOROMAXPROCS and
 // GORODEBUG, plus `env`, and with the CPU affinity `affinity` if not null
 // (as `taskset` would). Kills it after 30 s.
 ProbeResult RunProbe(const std::map<std::string, std::string>& env,
                      const std::vector<std::string>& args = {}, const cpu_set_t* affinity = nullptr) {
   ProbeResult r;
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (strncmp(*e, "GOROMAXPROCS=", 13) == 0 || strncmp(*e, "GORODEBUG=", 10) == 0) continue;
-    env_strings.emplace_back(*e);
-  }
+  std::vector<std::string> env_strings = goro_test::EnvironmentWithout({"GOROMAXPROCS", "GORODEBUG"});
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::vector<std::string> arg_strings = {GORO_ENV_PROBE_PATH};
-  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : arg_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  char out_path[] = "/tmp/goro_env_out_XXXXXX";
-  char err_path[] = "/tmp/goro_env_err_XXXXXX";
-  int out_fd = mkstemp(out_path);
-  int err_fd = mkstemp(err_path);
-  if (out_fd < 0 || err_fd < 0) {
-    ADD_FAILURE() << "mkstemp failed";
-    return r;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-  pid_t pid = -1;
-  int rc = 0;
-  auto spawn = [&] { rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()); };
-  if (affinity == nullptr) {
-    spawn();
-  } else {
-    // The child inherits the spawning thread's mask: spawn from a thread of
-    // its own, so that this one's is left alone.
-    std::thread([&] {
-      if (sched_setaffinity(0, sizeof(*affinity), affinity) != 0) {
-        rc = errno;
-        return;
-      }
-      spawn();
-    }).join();
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  close(out_fd);
-  close(err_fd);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << strerror(rc);
-    return r;
-  }
-  int status = 0;
-  absl::Time deadline = absl::Now() + absl::Seconds(30);
-  for (;;) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "goro_env_probe did not finish within 30 s";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  unlink(out_path);
-  unlink(err_path);
+  std::vector<std::string> argv = {GORO_ENV_PROBE_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  goro_test::CapturedRun run = goro_test::RunCapturing(argv, env_strings, affinity);
+  r.exit_code = run.exit_code;
+  r.out = std::move(run.out);
+  r.err = std::move(run.err);
   char time_slice[64] = "";
   sscanf(r.out.c_str(), "procs=%d ran=%d async=%d timeslice=%63s", &r.procs, &r.ran, &r.async, time_slice);
   r.time_slice = time_slice;

@@ -49,7 +49,6 @@ struct DwarfEhBases {
 };
 extern "C" const void* _Unwind_Find_FDE(void* pc, DwarfEhBases* bases);
 
-extern char** environ;
 
 namespace {
 
@@ -804,68 +803,18 @@ struct ProbeRun {
   }
 };
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs `path` with `arg` (if not empty); kills it after 30 s.
+// Runs `path` with `arg` (if not null) and without GORODEBUG, which could
+// turn async preemption off by itself; kills it after 30 s.
 ProbeRun RunStaticProbe(const char* path, const char* arg = nullptr) {
   ProbeRun r;
-  char out_path[] = "/tmp/goro_static_out_XXXXXX";
-  char err_path[] = "/tmp/goro_static_err_XXXXXX";
-  int out_fd = mkstemp(out_path);
-  int err_fd = mkstemp(err_path);
-  if (out_fd < 0 || err_fd < 0) {
-    ADD_FAILURE() << "mkstemp failed";
-    return r;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-  std::string path_s = path, arg_s = arg != nullptr ? arg : "";
-  std::vector<char*> argv = {path_s.data()};
-  if (arg != nullptr) argv.push_back(arg_s.data());
-  argv.push_back(nullptr);
-  // Without GORODEBUG, which could turn async preemption off by itself.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (strncmp(*e, "GORODEBUG=", 10) != 0) env_strings.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, path, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(out_fd);
-  close(err_fd);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << path << ": " << strerror(rc);
-    return r;
-  }
-  int status = 0;
-  absl::Time deadline = absl::Now() + absl::Seconds(30);
-  for (;;) {
-    if (waitpid(pid, &status, WNOHANG) == pid) break;
-    if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << path << " did not finish within 30 s";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadWholeFile(out_path);
-  for (absl::string_view line : absl::StrSplit(ReadWholeFile(err_path), '\n', absl::SkipWhitespace())) {
+  std::vector<std::string> argv = {path};
+  if (arg != nullptr) argv.push_back(arg);
+  goro_test::CapturedRun run = goro_test::RunCapturing(argv, goro_test::EnvironmentWithout({"GORODEBUG"}));
+  r.exit_code = run.exit_code;
+  r.out = std::move(run.out);
+  for (absl::string_view line : absl::StrSplit(run.err, '\n', absl::SkipWhitespace())) {
     r.err_lines.emplace_back(line);
   }
-  unlink(out_path);
-  unlink(err_path);
   return r;
 }
 

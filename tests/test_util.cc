@@ -1,13 +1,17 @@
 #include "test_util.h"
 
 #include <signal.h>
+#include <spawn.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -116,6 +120,94 @@ void PrintStats(const char* when) {
           "cooperative_preemptions=%llu threads=%d live=%lld\n",
           when, U(s.handoffs), U(s.preempt_signals_sent), U(s.async_preemptions),
           U(s.cooperative_preemptions), s.threads, static_cast<long long>(s.goroutines_live));
+}
+
+std::vector<std::string> EnvironmentWithout(std::initializer_list<const char*> drop) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool keep = true;
+    for (const char* name : drop) {
+      size_t n = strlen(name);
+      if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') keep = false;
+    }
+    if (keep) env.emplace_back(*e);
+  }
+  return env;
+}
+
+namespace {
+
+std::string ReadWholeFile(const char* path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+CapturedRun RunCapturing(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         const cpu_set_t* affinity, absl::Duration limit) {
+  CapturedRun r;
+  std::vector<std::string> arg_strings = argv, env_strings = env;
+  std::vector<char*> args, envp;
+  for (auto& s : arg_strings) args.push_back(s.data());
+  args.push_back(nullptr);
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  char out_path[] = "/tmp/goro_test_out_XXXXXX";
+  char err_path[] = "/tmp/goro_test_err_XXXXXX";
+  int out_fd = mkstemp(out_path);
+  int err_fd = mkstemp(err_path);
+  if (out_fd < 0 || err_fd < 0) {
+    ADD_FAILURE() << "mkstemp failed";
+    return r;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  pid_t pid = -1;
+  int rc = 0;
+  auto spawn = [&] { rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data()); };
+  if (affinity == nullptr) {
+    spawn();
+  } else {
+    // The child inherits the spawning thread's mask: spawn from a thread of
+    // its own, so that this one's is left alone.
+    std::thread([&] {
+      if (sched_setaffinity(0, sizeof(*affinity), affinity) != 0) {
+        rc = errno;
+        return;
+      }
+      spawn();
+    }).join();
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_fd);
+  close(err_fd);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << args[0] << ": " << strerror(rc);
+  } else {
+    int status = 0;
+    const absl::Time deadline = absl::Now() + limit;
+    for (;;) {
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      if (absl::Now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ADD_FAILURE() << args[0] << " did not finish within " << absl::FormatDuration(limit);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadWholeFile(out_path);
+    r.err = ReadWholeFile(err_path);
+  }
+  unlink(out_path);
+  unlink(err_path);
+  return r;
 }
 
 }  // namespace goro_test

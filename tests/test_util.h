@@ -6,13 +6,17 @@
 #ifndef GORO_TESTS_TEST_UTIL_H_
 #define GORO_TESTS_TEST_UTIL_H_
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/notification.h"
@@ -154,6 +158,24 @@ void Spin(absl::Duration d);
 // Prints the runtime's counters on stderr, labelled `when` (a child's
 // diagnostics, shown when its check fails).
 void PrintStats(const char* when);
+
+// What a program run by RunCapturing did.
+struct CapturedRun {
+  int exit_code = -1;  // or 128 + the signal that ended it
+  std::string out;
+  std::string err;
+};
+
+// This process's environment (NAME=value strings) without the variables
+// named in `drop`.
+std::vector<std::string> EnvironmentWithout(std::initializer_list<const char*> drop);
+
+// Runs argv[0] with the arguments argv[1...] and the environment `env`, with
+// the CPU affinity `affinity` if not null (as `taskset` would), and captures
+// its stdout and stderr. A program still running after `limit` is killed
+// (and the test fails).
+CapturedRun RunCapturing(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         const cpu_set_t* affinity = nullptr, absl::Duration limit = absl::Seconds(30));
 
 }  // namespace goro_test
 
