@@ -568,23 +568,37 @@ bool ParkedFor(int64_t id, const std::string& reason) {
 
 // A goroutine parked in Send holds the channel, as its stack does in Go: when
 // the last handle is dropped meanwhile, the channel and the value in its
-// buffer stay (the sender is leaked, as in Go). Fails if a parked Send takes
-// no reference: the drop then frees the channel and destroys its buffered
-// value under the sender, whose waiter stays linked into freed memory.
+// buffer stay. Fails if a parked Send takes no reference: the drop then frees
+// the channel and destroys its buffered value under the sender, whose waiter
+// stays linked into freed memory. Afterwards the test receives through the
+// sender's reference (no handle is left), so that the sender finishes and
+// the channel is freed with it (LeakSanitizer checks that).
 TEST(ChanTest, ParkedSenderKeepsItsChannelWhenTheLastHandleGoes) {
   RunBounded([] {
     ASSERT_EQ(Tracked::live.load(), 0);
     auto handle = std::make_unique<goro::Chan<Tracked>>(1);
     handle->Send(Tracked(1));  // the buffer is full
+    goro::internal::ChanCore* core = handle->core();
     std::atomic<int64_t> id{0};
-    goro::Go([c = handle.get(), &id] {
+    goro::WaitGroup sender;
+    sender.Add(1);
+    goro::Go([c = handle.get(), &id, &sender] {
       id = goro::GoroutineId();
-      c->Send(Tracked(2));  // parks for good: nobody will receive
+      c->Send(Tracked(2));  // parks: the buffer is full
+      sender.Done();
     });
-    ASSERT_TRUE(Eventually([&] { return id != 0 && ParkedFor(id, "chan send"); }));
+    bool parked = Eventually([&] { return id != 0 && ParkedFor(id, "chan send"); });
+    EXPECT_TRUE(parked);
     EXPECT_EQ(Tracked::live.load(), 2);
     handle.reset();  // the last handle
     EXPECT_EQ(Tracked::live.load(), 2) << "the channel was freed under its parked sender";
+    if (Tracked::live.load() != 2) return;  // freed: nothing to receive from
+    {
+      std::optional<Tracked> first;
+      goro::internal::ChanRecv(core, &first);  // the sender's value moves into the buffer
+      sender.Wait();  // and the sender drops the last reference: the channel goes
+    }
+    EXPECT_EQ(Tracked::live.load(), 0) << "the channel or a value leaked";
   });
 }
 
