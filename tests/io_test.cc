@@ -1627,16 +1627,19 @@ TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp), 0);
   goro_test::RunBounded(
       [&] {
-        char c = 'x';
-        goro::WaitGroup helpers;  // they use this frame's variables
+        char c;
+        goro::WaitGroup helpers;  // they use this frame's variables: waited for before any ASSERT
         EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(p[0], absl::InfinitePast())));  // registers it
         helpers.Add(1);
         goro::Go([&] {
           goro::SleepFor(absl::Milliseconds(20));
-          EXPECT_EQ(write(p[1], &c, 1), 1);
+          const char x = 'x';
+          EXPECT_EQ(write(p[1], &x, 1), 1);
           helpers.Done();
         });
-        ASSERT_TRUE(io::WaitReadable(p[0], In(absl::Seconds(10))).ok());
+        absl::Status first = io::WaitReadable(p[0], In(absl::Seconds(10)));
+        helpers.Wait();
+        ASSERT_TRUE(first.ok()) << first;
         ASSERT_EQ(read(p[0], &c, 1), 1);
         int spurious = 0;
         absl::Time end = In(absl::Milliseconds(300));
@@ -1659,7 +1662,9 @@ TEST_F(IoTest, WaitReadableAndWritableDoNotReturnForReadinessUsedUp) {
           }
           helpers.Done();
         });
-        ASSERT_TRUE(io::WaitWritable(sp[0], In(absl::Seconds(10))).ok());
+        absl::Status room = io::WaitWritable(sp[0], In(absl::Seconds(10)));
+        helpers.Wait();  // the drainer is done (the peer's socket is empty)
+        ASSERT_TRUE(room.ok()) << room;
         while (write(sp[0], block, sizeof block) > 0) {
         }
         spurious = 0;

@@ -619,12 +619,10 @@ void QueuedBehindABlockedPWithALongSliceChild() {
           }
           wg.Done();
         });
-        CHILD_CHECK(goro_test::Eventually(
-                        [&] {
-                          goro::Yield();
-                          return spinning.load();
-                        },
-                        absl::Seconds(10)),
+        // Polls with SleepFor, not Yield: a yield could hand this P to the
+        // spinner and leave this goroutine queued behind it, which nothing
+        // preempts where async preemption is off (TSan).
+        CHILD_CHECK(goro_test::Eventually([&] { return spinning.load(); }, absl::Seconds(10)),
                     "the spinner never ran");
         std::atomic<int64_t> ran_after_ns{-1};
         const auto t0 = Now();
