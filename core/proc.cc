@@ -1337,9 +1337,7 @@ void FatalGoroCallInMarkedRegion() {
 
 void EnsurePAfterEntryOutsideHandlers(G* g) {
   M* m = CurrentM();
-  if (HoldsItsP(m)) return;
-  sigset_t cur;
-  if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) == 0 && IsMSignalMask(cur)) ReacquireP(m, g);
+  if (!HoldsItsP(m) && ThreadHasMSignalMask()) ReacquireP(m, g);
 }
 
 void ReacquireP(M* m, G* g) {
@@ -1401,10 +1399,7 @@ void PreemptCooperative() {
   // blocked there), which would return on another thread: the request stays
   // pending until a safe point outside it, as the async path's does. A mask
   // the goroutine set itself is no handler's (sigmask_changed).
-  if (M* m = CurrentM(); !m->sigmask_changed) {
-    sigset_t cur;
-    if (pthread_sigmask(SIG_BLOCK, nullptr, &cur) == 0 && !IsMSignalMask(cur)) return;
-  }
+  if (!CurrentM()->sigmask_changed && !ThreadHasMSignalMask()) return;
   G* g = CurrentGoroutine();
   g->preempt_off.fetch_add(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -699,6 +699,8 @@ inline bool IsMSignalMask(const sigset_t& mask) {
   memcpy(&bits, &mask, sizeof bits);
   return bits == m_sigmask_bits;
 }
+// IsMSignalMask of the calling thread's mask, now (a system call).
+bool ThreadHasMSignalMask();
 
 // M::signal_state: a generation, bumped by each signal begun, times four,
 // plus the state.

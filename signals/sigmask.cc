@@ -79,12 +79,15 @@ __attribute__((constructor(101))) void ResolveMaskFunctions() {
 void NoteMaskChange() {
   M* m = CurrentM();
   if (m == nullptr || m->curg == nullptr) return;  // a plain thread, or the runtime on g0
-  sigset_t cur;
-  if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return;
-  m->sigmask_changed = !IsMSignalMask(cur);
+  m->sigmask_changed = !ThreadHasMSignalMask();
 }
 
 }  // namespace
+
+bool ThreadHasMSignalMask() {
+  sigset_t cur;
+  return RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) == 0 && IsMSignalMask(cur);
+}
 
 void RestoreMSignalMask(M* m) {
   RealPthreadSigmask()(SIG_SETMASK, &m_sigmask, nullptr);
