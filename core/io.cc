@@ -54,6 +54,7 @@ absl::Status ErrnoStatus(int err, absl::string_view op, int fd) {
 }
 
 absl::Status ClosedError(int fd) { return absl::CancelledError(absl::StrCat("fd ", fd, " was closed")); }
+absl::Status DeadlineError(int fd) { return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed")); }
 
 struct IoWait {
   PollDesc* pd;
@@ -95,7 +96,7 @@ bool CommitIoWait(G* g, void* arg) {
 // `seq` is the PollDesc's sequence number when the operation registered the
 // fd: once it has changed, the file is closed, whatever now has its number.
 absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadline_ns) {
-  if (deadline_ns < 0) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  if (deadline_ns < 0) return DeadlineError(fd);
   pd->lock.Lock();
   if (pd->seq != seq) {
     pd->lock.Unlock();
@@ -109,7 +110,7 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   }
   if (deadline_ns != 0 && Nanotime() >= deadline_ns) {
     pd->lock.Unlock();
-    return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+    return DeadlineError(fd);
   }
   std::atomic<G*>& slot = mode == Mode::kRead ? pd->rg : pd->wg;
   if (slot.load(std::memory_order_relaxed) != nullptr) {
@@ -129,7 +130,7 @@ absl::Status WaitIO(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t deadl
   sched.netpoll_waiters.fetch_sub(1);
   // Afterwards the deadline callback is neither running nor pending: `w` may go.
   if (w.timer.f != nullptr) DelTimer(&w.timer);
-  if (w.timed_out) return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+  if (w.timed_out) return DeadlineError(fd);
   // Woken by io::Close, the number may already belong to a file registered
   // since: its readiness latch is not ours to take.
   pd->lock.Lock();
@@ -184,7 +185,7 @@ class OpsTurn {
         dir_ = dir;
         return absl::OkStatus();
       case PollDesc::OpTurn::kDeadline:
-        return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+        return DeadlineError(fd);
       case PollDesc::OpTurn::kClosed:
         break;
     }
@@ -208,7 +209,7 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
     int r = goro::Syscall([&] { return ::poll(&pfd, 1, timeout_ms); });
     if (r > 0) return absl::OkStatus();
     if (r == 0 && Nanotime() >= deadline_ns) {
-      return absl::DeadlineExceededError(absl::StrCat("fd ", fd, ": deadline passed"));
+      return DeadlineError(fd);
     }
     if (r < 0) {
       if (const int err = Errno(); err != EINTR) return ErrnoStatus(err, "poll", fd);
