@@ -15,18 +15,20 @@
 //   - Longer slices (the default 10 ms): no stamp, since a TSC read on every
 //     schedule would cost Yield and spawn a noticeable fraction. Sysmon takes
 //     the time it first sees a slice's tick as its start; while any P runs it
-//     looks at least every slice/8 (at least 250 us apart, at most 10 ms), so a slice
-//     ends at most 1/8 late (1.25 ms at 10 ms), and 50 us after a preemption
-//     it looks again, so the slice that follows a preemption - a sleeper
-//     beside a spinner, the case latency depends on - is timed to ~50 us.
+//     looks at least every slice/8 (at least 250 us apart, at most 10 ms),
+//     so a slice ends at most 1/8 late (1.25 ms at 10 ms), and 50 us after a
+//     preemption it looks again, so the slice that follows a preemption - a
+//     sleeper beside a spinner, the case latency depends on - is timed to
+//     ~50 us.
 //     This costs about 900 wake-ups a second while goroutines run.
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
-// least 250 us) in observation mode, and never over 10 ms while a P runs. After asking a goroutine to yield, in
-// observation mode 50 us, to time the slice that follows; with stamps one
-// slice, since the stamp of the slice that follows times it. A request the
-// signal handler had to refuse (library code, signals blocked) wakes sysmon
-// at once to ask again, then again after 50 us, doubling, per P.
+// least 250 us) in observation mode, and never over 10 ms while a P runs.
+// After asking a goroutine to yield, in observation mode 50 us, to time the
+// slice that follows; with stamps one slice, since the stamp of the slice
+// that follows times it. A request the signal handler had to refuse
+// (library code, signals blocked) wakes sysmon at once to ask again, then
+// again after 50 us, doubling, per P.
 // While no P is idle, also no later than the earliest timer of a P whose M
 // blocks (in a marked region, or found asleep in an unmarked call): that P
 // is then handed on (see the loop).
