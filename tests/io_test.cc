@@ -1476,7 +1476,7 @@ TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadReturnsWhatIsQueued) {
         // Queued, and its edge seen (not with WaitReadable, which would
         // clear the short read's mark).
         goro::internal::PollDesc* pd = goro::internal::PollDescFor(server);
-        for (int i = 0; i < 5000 && !ReadyLatched(pd); ++i) goro::SleepFor(absl::Milliseconds(1));
+        goro_test::Eventually([&] { return ReadyLatched(pd); }, absl::Seconds(5));
         ASSERT_TRUE(ReadyLatched(pd));
         ASSERT_TRUE(pd->drained.load());
         r = io::Read(server, buf, sizeof buf, absl::Now());
@@ -1600,7 +1600,7 @@ TEST_F(IoTest, ReadAfterAShortOneWhoseDeadlinePassesBeforeTheEdgeStillReads) {
         goro::internal::PollDesc* pd = goro::internal::PollDescFor(server);
         ASSERT_TRUE(pd->drained.load());
         ASSERT_EQ(write(client, "x", 1), 1);
-        for (int i = 0; i < 5000 && !ReadyLatched(pd); ++i) goro::SleepFor(absl::Milliseconds(1));
+        goro_test::Eventually([&] { return ReadyLatched(pd); }, absl::Seconds(5));
         pd->lock.Lock();
         pd->rready = false;  // the edge, not yet fetched
         pd->lock.Unlock();
