@@ -6,15 +6,18 @@
 // waiting receiver it moves its value straight into the receiver's
 // std::optional, and vice versa, so an unbuffered hand-off copies once.
 //
-// A channel lives while anything refers to it: each Chan handle holds a
-// reference (ChanRef/ChanUnref), and so does each goroutine parked on it. A
-// parked Send or Recv takes one before it queues its Sudog and drops it when
-// it wakes; a parked Select takes one on each distinct channel of its cases
-// and drops them after it has dequeued its Sudogs. The last handle may thus
-// go while a goroutine waits on the channel (legal in Go, where the waiter's
-// stack keeps it alive) without the channel, and the Sudogs linked into it,
-// being freed under the waiter. Operations that complete without parking take
-// no reference: the caller's handle outlives the call.
+// A channel lives while anything refers to it, as in Go, where a waiter's
+// stack keeps the channel it waits on alive. Each Chan handle holds a
+// reference (ChanRef/ChanUnref), and so does a parked Select, on each distinct
+// channel of its cases, from before it queues its Sudogs until it has dequeued
+// them again: another case may wake it after the last handle of this channel
+// has gone. A parked Send or Recv takes none, because nothing touches the
+// channel on its behalf once the last handle has gone (a waker holds a
+// handle, and the woken goroutine touches only its own Sudog); instead the
+// last reference frees the channel only if no Sudog is queued in it. One that
+// is belongs to a goroutine blocked for ever, which keeps the channel, and
+// the values in its buffer, as Go's would. Operations that complete without
+// parking take no reference: the caller's handle outlives the call.
 //
 // Select queues one Sudog per case on every channel, parks, and on waking
 // dequeues the rest. The first channel operation to complete one of its cases
@@ -220,7 +223,12 @@ void ChanRef(ChanCore* c) { c->refs_.fetch_add(1, std::memory_order_relaxed); }
 void ChanUnref(ChanCore* c) {
   // acq_rel: every use of the channel through another reference happens
   // before the delete.
-  if (c->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete c;
+  if (c->refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The lock orders this look after the last Park's UnlockChan.
+  c->lock.Lock();
+  bool waited_on = !c->sendq.Empty() || !c->recvq.Empty();
+  c->lock.Unlock();
+  if (!waited_on) delete c;  // else its blocked Send or Recv keeps it
 }
 
 size_t ChanLen(const ChanCore* c) { return c->count_.load(std::memory_order_relaxed); }
@@ -244,10 +252,8 @@ void ChanSend(ChanCore* c, void* elem) {
   s.g = CurrentG();
   s.elem = elem;
   s.chan = c;
-  ChanRef(c);  // the channel outlives this wait even if its last handle goes
   c->sendq.Push(&s);
   Park(WaitReason::kChanSend, UnlockChan, c);
-  ChanUnref(c);
   if (!s.success) FatalG("send on closed channel");
 }
 
@@ -275,10 +281,8 @@ void ChanRecv(ChanCore* c, void* out) {
   s.g = CurrentG();
   s.elem = out;
   s.chan = c;
-  ChanRef(c);  // the channel outlives this wait even if its last handle goes
   c->recvq.Push(&s);
   Park(WaitReason::kChanReceive, UnlockChan, c);
-  ChanUnref(c);
 }
 
 void ChanClose(ChanCore* c) {

@@ -566,13 +566,14 @@ bool ParkedFor(int64_t id, const std::string& reason) {
   return out.str().find("goroutine " + std::to_string(id) + " [" + reason) != std::string::npos;
 }
 
-// A goroutine parked in Send holds the channel, as its stack does in Go: when
+// A goroutine parked in Send keeps the channel, as its stack does in Go: when
 // the last handle is dropped meanwhile, the channel and the value in its
-// buffer stay. Fails if a parked Send takes no reference: the drop then frees
-// the channel and destroys its buffered value under the sender, whose waiter
-// stays linked into freed memory. Afterwards the test receives through the
-// sender's reference (no handle is left), so that the sender finishes and
-// the channel is freed with it (LeakSanitizer checks that).
+// buffer stay. Fails if the last reference frees a channel with a Sudog
+// queued: the drop then destroys the buffered value under the sender, whose
+// waiter stays linked into freed memory. Afterwards the test takes a
+// reference back (white-box: no program can), receives, so that the sender
+// finishes, and drops the reference: the channel, with nobody waiting, is
+// freed (LeakSanitizer checks that).
 TEST(ChanTest, ParkedSenderKeepsItsChannelWhenTheLastHandleGoes) {
   RunBounded([] {
     ASSERT_EQ(Tracked::live.load(), 0);
@@ -593,11 +594,14 @@ TEST(ChanTest, ParkedSenderKeepsItsChannelWhenTheLastHandleGoes) {
     handle.reset();  // the last handle
     EXPECT_EQ(Tracked::live.load(), 2) << "the channel was freed under its parked sender";
     if (Tracked::live.load() != 2) return;  // freed: nothing to receive from
+    goro::internal::ChanRef(core);
     {
       std::optional<Tracked> first;
       goro::internal::ChanRecv(core, &first);  // the sender's value moves into the buffer
-      sender.Wait();  // and the sender drops the last reference: the channel goes
+      sender.Wait();
     }
+    EXPECT_EQ(Tracked::live.load(), 1) << "the sender's value";
+    goro::internal::ChanUnref(core);  // nobody waits: the channel goes
     EXPECT_EQ(Tracked::live.load(), 0) << "the channel or a value leaked";
   });
 }

@@ -56,9 +56,10 @@ inline constexpr ElemOps kElemOps = {
 
 class ChanCore;  // core/chan.cc
 // A channel is reference-counted: every Chan handle holds a reference, and
-// so does every goroutine or thread blocked on it (in Send, Recv or Select),
-// as a goroutine's stack keeps a channel alive in Go. The last reference
-// frees it.
+// so does every goroutine or thread blocked on it in Select. The last
+// reference frees it, unless a goroutine or thread is blocked on it in Send
+// or Recv: that one can never be woken, and keeps the channel, as a
+// goroutine's stack keeps a channel alive in Go.
 ChanCore* NewChanCore(size_t cap, const ElemOps* ops);  // with one reference
 void ChanRef(ChanCore* c);                              // takes another
 void ChanUnref(ChanCore* c);                            // drops one
