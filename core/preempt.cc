@@ -7,8 +7,10 @@
 // count), so the handler reads them without locks.
 //
 // That rule assumes the runtime libraries are shared objects. Linked into the
-// executable (-static, -static-libstdc++, -static-libgcc) their code sits in
-// the executable's segments and would be interrupted like the program's: a
+// executable (-static, -static-libstdc++, -static-libgcc, or an allocator
+// such as tcmalloc, jemalloc or mimalloc linked as a static library) their
+// code sits in the executable's segments and would be interrupted like the
+// program's: a
 // goroutine parked inside malloc, __cxa_get_globals or the unwinder resumes
 // on another thread with the first thread's per-thread state (a tcache, the
 // caught-exception stack) in its registers, and corrupts it. Nothing in the
@@ -154,7 +156,13 @@ std::string InitPreemptibleRanges() {
   std::vector<std::string> linked;
   if (main.Contains(CxxRuntimeCode())) linked.emplace_back("libstdc++");
   if (main.Contains(UnwinderCode())) linked.emplace_back("libgcc's unwinder");
-  if (!main.has_interp) linked.emplace_back("libc");
+  if (!main.has_interp) {
+    linked.emplace_back("libc");
+  } else if (main.Contains(dlsym(RTLD_DEFAULT, "malloc"))) {
+    // The program's own malloc, which libc's calls reach too: allocators
+    // keep per-thread caches as glibc's does. (Under -static, libc's is.)
+    linked.emplace_back("an allocator (malloc)");
+  }
   if (linked.empty()) {
     for (int i = 0; i < main.n; ++i) preemptible.Add(main.code[i].begin, main.code[i].end);
     return "";

@@ -1632,17 +1632,19 @@ void EnsureStarted(const Options& opts) {
   // code: an injected call would land anywhere. Cooperative preemption stays.
   if (kTsanBuild) o.async_preemption = false;
   // The code a signal may interrupt: the executable's, unless libstdc++,
-  // libgcc's unwinder or libc is linked into it (core/preempt.cc). Their
+  // libgcc's unwinder, libc or malloc is linked into it (core/preempt.cc). Their
   // per-thread state cannot follow a goroutine to another thread, and their
   // code cannot be told from the program's, so then nothing is interrupted.
   if (std::string linked = InitPreemptibleRanges(); !linked.empty() && o.async_preemption) {
     bool several = linked.find(" and ") != std::string::npos;
     WriteStderr(absl::StrCat(
         "goro: ", linked, several ? " are" : " is",
-        " linked into the executable, where their code cannot be told from the program's: async preemption "
-        "is off, goroutines yield only at goro calls and Checkpoint(); link ", several ? "them" : "it",
-        " dynamically (no -static, -static-libstdc++ or -static-libgcc) to get it back, or register the "
-        "program's own code with goro::RegisterPreemptibleCode before the runtime starts\n"));
+        " linked into the executable, where ", several ? "their" : "its",
+        " code cannot be told from the program's: async preemption is off, goroutines yield only at goro "
+        "calls and Checkpoint(); link ", several ? "them" : "it",
+        " as shared libraries (no -static, -static-libstdc++, -static-libgcc or static allocator library) "
+        "to get it back, or register the program's own code with goro::RegisterPreemptibleCode before the "
+        "runtime starts\n"));
     o.async_preemption = false;
   }
   sched.async_preemption = o.async_preemption;

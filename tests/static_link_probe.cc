@@ -1,6 +1,9 @@
-// goro_static_cxx_probe (built with -static-libstdc++ -static-libgcc) and
-// goro_static_probe (built with -static, where the static libraries exist):
-// preempt_test runs them and checks their stderr and what they print.
+// goro_static_cxx_probe (built with -static-libstdc++ -static-libgcc),
+// goro_static_probe (built with -static, where the static libraries exist)
+// and goro_own_malloc_probe (dynamically linked, with GORO_PROBE_OWN_MALLOC:
+// the executable defines malloc and its kin, as a static tcmalloc or
+// jemalloc would): preempt_test runs them and checks their stderr and what
+// they print.
 //
 // With no argument: six goroutines on two Ps with the shortest time slice
 // throw, catch and rethrow exceptions and churn the allocator for 600 ms,
@@ -12,15 +15,19 @@
 // F is 1 when dl_iterate_phdr listed an object whose code holds main().
 // Interrupted inside the C++ runtime, the unwinder or malloc and resumed on
 // another thread, a goroutine corrupts their per-thread state: the probe
-// crashes, aborts or counts B > 0.
+// crashes, aborts or counts B > 0. The own malloc counts a call that returns
+// on another thread than it began on in B: a per-thread cache would have been
+// corrupted there.
 //
 // --register: first registers its own loop (in section goro_probe_code) with
 // goro::RegisterPreemptibleCode, then runs that call-free loop on both Ps
 // while the main goroutine sleeps 20 ms. Printed:
 //   async=A registered_loop_stopped=S async_preemptions=P
 #include <link.h>
+#include <pthread.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +45,14 @@ namespace {
 std::atomic<bool> stop{false};
 std::atomic<long> bad{0};
 std::atomic<long> rounds{0};
+
+#ifdef GORO_PROBE_OWN_MALLOC
+// Some work in the executable's code on each call, long enough for a
+// signal to land in it now and then.
+__attribute__((noinline)) void Churn() {
+  for (int i = 0; i < 64; ++i) asm volatile("");
+}
+#endif
 
 struct CheckUnwinding {
   ~CheckUnwinding() {
@@ -163,6 +178,48 @@ int RunRegistered() {
 }
 
 }  // namespace
+
+#ifdef GORO_PROBE_OWN_MALLOC
+// glibc's allocator under the names it exports for wrappers like this one.
+extern "C" void* __libc_malloc(size_t);
+extern "C" void __libc_free(void*);
+extern "C" void* __libc_calloc(size_t, size_t);
+extern "C" void* __libc_realloc(void*, size_t);
+extern "C" void* __libc_memalign(size_t, size_t);
+
+namespace {
+// Runs `call` as an allocator would: bound to the thread it began on.
+template <typename F>
+auto OnOneThread(F call) {
+  pthread_t self = pthread_self();
+  Churn();
+  auto r = call();
+  Churn();
+  if (!pthread_equal(self, pthread_self())) bad++;
+  return r;
+}
+}  // namespace
+
+extern "C" {
+void* malloc(size_t n) { return OnOneThread([&] { return __libc_malloc(n); }); }
+void free(void* p) {
+  OnOneThread([&] {
+    __libc_free(p);
+    return 0;
+  });
+}
+void* calloc(size_t n, size_t size) { return OnOneThread([&] { return __libc_calloc(n, size); }); }
+void* realloc(void* p, size_t n) { return OnOneThread([&] { return __libc_realloc(p, n); }); }
+void* memalign(size_t align, size_t n) { return OnOneThread([&] { return __libc_memalign(align, n); }); }
+void* aligned_alloc(size_t align, size_t n) { return memalign(align, n); }
+int posix_memalign(void** out, size_t align, size_t n) {
+  void* p = memalign(align, n);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+#endif
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--register") == 0) return RunRegistered();

@@ -15,8 +15,9 @@
 // Preemptible code is the main executable, by default. Code in shared
 // libraries (libc, libstdc++, allocators with per-thread caches, the dynamic
 // loader) is never interrupted: its preemption waits for the next safe point.
-// When libstdc++, libgcc's unwinder or libc is linked into the executable
-// (-static, -static-libstdc++, -static-libgcc), nothing is preemptible and
+// When libstdc++, libgcc's unwinder, libc or an allocator is linked into the
+// executable (-static, -static-libstdc++, -static-libgcc, a static tcmalloc
+// or jemalloc), nothing is preemptible and
 // async preemption is off, with one line on stderr, unless the program
 // registered its own code first. See docs/preemption.md for this and for
 // what preemption means for thread_local variables.
