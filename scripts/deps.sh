@@ -3,7 +3,7 @@
 # other scripts. As root it runs apt-get; otherwise it prints the exact line.
 set -euo pipefail
 # A script needing more (scripts/fuzz.sh) sets GORO_EXTRA_PACKAGES first.
-GORO_PACKAGES=(g++ cmake make libabsl-dev libunwind-dev libgtest-dev libbenchmark-dev gnuplot-nox
+GORO_PACKAGES=(g++ cmake make libabsl-dev libunwind-dev libgtest-dev libbenchmark-dev gnuplot-nox python3
                ${GORO_EXTRA_PACKAGES[@]+"${GORO_EXTRA_PACKAGES[@]}"})
 goro_missing=()
 for p in "${GORO_PACKAGES[@]}"; do

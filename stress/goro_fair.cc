@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -53,17 +54,21 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "goro/goro.h"
 
 ABSL_FLAG(int, procs, 2, "number of Ps (logical processors)");
-ABSL_FLAG(int, goroutines, 16, "number of CPU-bound goroutines");
+ABSL_FLAG(int, goroutines, 16,
+          "number of goroutines: all CPU-bound, except with --workload=mixed, where half are (the others sleep, "
+          "yield or use channels)");
 ABSL_FLAG(double, seconds, 3, "how long to measure");
 ABSL_FLAG(absl::Duration, time_slice, absl::Milliseconds(10),
           "time slice, e.g. 10ms or 200us (GORODEBUG=timeslice overrides it)");
@@ -153,8 +158,11 @@ uint64_t LoadCount(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAX
 
 // The spin workload's loop: a load, an increment, a store and a branch. It is
 // a separate function so that its disassembly can be checked for calls
-// (objdump -d goro-fair | grep -A12 SpinLoop): there are none.
-__attribute__((noinline)) void SpinLoop(uint64_t* counter, const std::atomic<bool>* stop) {
+// (objdump -d goro-fair | grep -A12 SpinLoop): there are none. Aligned so
+// that the loop never straddles a 32- or 64-byte boundary, where it ran at
+// half speed in one build: its speed should not depend on where the linker
+// put it.
+__attribute__((noinline, aligned(64))) void SpinLoop(uint64_t* counter, const std::atomic<bool>* stop) {
   uint64_t n = *counter;
   while (!stop->load(std::memory_order_relaxed)) {
     ++n;
@@ -273,8 +281,11 @@ std::vector<Role> Roles(const std::string& workload, int n) {
     if (workload == "asm") roles[i] = Role::kAsm;
     if (workload == "fib") roles[i] = Role::kFib;
     if (workload == "mixed") {
+      // One loop for every CPU-bound role: shares of iterations compare only
+      // goroutines running the same code (the C++ and asm loops differ in
+      // speed, and compared across, they measured code placement).
       static constexpr Role kMix[] = {Role::kSpin, Role::kSleep, Role::kSpin, Role::kYield,
-                                      Role::kAsm, Role::kChan};
+                                      Role::kSpin, Role::kChan};
       roles[i] = kMix[i % 6];
     }
   }
@@ -465,6 +476,13 @@ bool InPath(const std::string& program) {
 void CheckPlotPath(const std::string& path) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (std::any_of(path.begin(), path.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    Usage(absl::StrFormat("--plot=%s: the file name holds a control character", absl::CHexEscape(path)));
+  }
+  if (path.back() == '/' || std::filesystem::is_directory(path)) {
+    Usage(absl::StrFormat("--plot=%s: is a directory; give a file name such as %s/fair.png", path,
+                          absl::StripSuffix(path, "/")));
+  }
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     Usage(absl::StrFormat("--plot=%s: cannot write in %s: %s", path, dir, std::strerror(errno)));
   }
@@ -715,6 +733,18 @@ int main(int argc, char** argv) {
               total > 0 ? spread.min / total * 100 : 0.0, total > 0 ? spread.max / total * 100 : 0.0);
   std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
               absl::ToDoubleSeconds(window));
+  // With more spinners than Ps each gets a turn per round; a window of a few
+  // rounds cuts the last one short for some, and the shares show where.
+  const int per_p = (ncpu + used.max_procs - 1) / used.max_procs;
+  if (workload != "fib" && used_async && per_p > 1 && used_slice < absl::InfiniteDuration()) {
+    const absl::Duration round = per_p * used_slice;
+    if (window < 4 * round) {
+      std::printf("  (the window holds %.1f rounds of turns, %d goroutines a P at %s each: too few for the shares "
+                  "to mean much; use --seconds=%.2g or more)\n",
+                  absl::FDivDuration(window, round), per_p, absl::FormatDuration(used_slice).c_str(),
+                  std::ceil(absl::ToDoubleSeconds(10 * round) * 100) / 100);
+    }
+  }
   TurnStats ts;
   if (turn_stats) {
     ts = SummarizeTurns(workers, window_start, window_end);
@@ -731,9 +761,11 @@ int main(int argc, char** argv) {
                 ts.time.jain, ts.time.ratio);
   }
   if (sleeper && lateness_ms.empty()) {
-    std::printf("Sleeper (sleeps %s): never woke in the measured window (starved); preempted %llu times in the "
+    std::printf("Sleeper (sleeps %s): never woke in the measured window (%s); preempted %llu times in the "
                 "whole run\n",
-                absl::FormatDuration(interval).c_str(), static_cast<unsigned long long>(sleeper_preemptions));
+                absl::FormatDuration(interval).c_str(),
+                window <= interval ? "the window is no longer than one sleep" : "starved",
+                static_cast<unsigned long long>(sleeper_preemptions));
   } else if (sleeper) {
     std::printf("Sleeper (sleeps %s, %zu wake-ups): lateness p50 %.3f ms, p99 %.3f ms, max %.3f ms; preempted %llu "
                 "times in the whole run\n",
@@ -773,18 +805,6 @@ int main(int argc, char** argv) {
                    : "");
   }
 
-  if (!plot.empty()) {
-    std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
-                                        used.max_procs, absl::FormatDuration(used_slice), jain);
-    if (WritePlot(plot, workers, shares, lateness_ms, title)) {
-      std::printf("Chart written to %s\n", plot.c_str());
-    } else {
-      std::fprintf(stderr, "goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n",
-                   plot.c_str());
-      return 2;
-    }
-  }
-
   int rc = 0;
   auto check = [&](bool ok, const std::string& what) {
     std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
@@ -801,6 +821,19 @@ int main(int argc, char** argv) {
     check(false, absl::StrFormat("the sleeper never woke, so its p99 lateness is not <= --max_p99_ms=%g", max_p99_ms));
   } else if (max_p99_ms > 0) {
     check(p99 <= max_p99_ms, absl::StrFormat("sleeper p99 lateness %.3f ms <= --max_p99_ms=%g", p99, max_p99_ms));
+  }
+  // After the verdicts, so that a gnuplot failure does not hide them.
+  if (!plot.empty()) {
+    std::fflush(stdout);
+    std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
+                                        used.max_procs, absl::FormatDuration(used_slice), jain);
+    if (WritePlot(plot, workers, shares, lateness_ms, title)) {
+      std::printf("Chart written to %s\n", plot.c_str());
+    } else {
+      std::fprintf(stderr, "goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n",
+                   plot.c_str());
+      return 2;
+    }
   }
   return rc;
 }

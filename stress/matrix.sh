@@ -16,11 +16,17 @@ SOAK_MINUTES=0
 SECONDS_PER_RUN=${GORO_MATRIX_SECONDS:-2}
 while (($#)); do
   case "$1" in
-    --soak) SOAK_MINUTES=$2; shift 2 ;;
-    --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
+    --soak) SOAK_MINUTES=${2-}; shift $(($# > 1 ? 2 : 1)) ;;
+    --seconds) SECONDS_PER_RUN=${2-}; shift $(($# > 1 ? 2 : 1)) ;;
     *) echo "matrix.sh: unknown argument '$1' (use --soak MINUTES, --seconds N)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $SOAK_MINUTES =~ ^[0-9]+$ ]]; then
+  echo "matrix.sh: --soak '$SOAK_MINUTES': want a whole number of minutes" >&2; exit 2
+fi
+if ! [[ $SECONDS_PER_RUN =~ ^[0-9]*\.?[0-9]+$ && $SECONDS_PER_RUN =~ [1-9] ]]; then
+  echo "matrix.sh: --seconds '$SECONDS_PER_RUN': want a number of seconds above 0" >&2; exit 2
+fi
 FAIR=${GORO_FAIR:-}
 if [[ -z $FAIR ]]; then
   source scripts/deps.sh
@@ -35,6 +41,7 @@ field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])
 
 run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
   local label=$1 min_jain=$2 max_p99=$3; shift 3
+  LAST_THROUGHPUT=  # set only by a run that succeeds
   local out
   if ! out=$("$FAIR" --seconds="$SECONDS_PER_RUN" --json "$@" 2>&1); then
     echo "FAIL $label: goro-fair exited non-zero"; echo "$out" | tail -5; failures=$((failures + 1)); return
@@ -72,7 +79,11 @@ for slice in 10ms 1ms 200us; do
   on=$LAST_THROUGHPUT
   run "spin off slice=$slice" 0 0 --procs=1 --time_slice=$slice --workload=spin --goroutines=4 --sleeper=false --async_preemption=false
   off=$LAST_THROUGHPUT
-  python3 -c "print('     slice=$slice: throughput with preemption / without = %.4f' % ($on / $off))"
+  if [[ -n $on && -n $off ]]; then
+    python3 -c "print('     slice=$slice: throughput with preemption / without = %.4f' % ($on / $off))"
+  else
+    echo "     slice=$slice: no throughput ratio (a run failed)"
+  fi
 done
 
 if ((SOAK_MINUTES > 0)); then
