@@ -14,6 +14,10 @@ extern uint64_t goro_xsave_mask __attribute__((visibility("hidden")));
 // code (the handler never injects while the PC is inside it).
 void goro_async_preempt();
 void goro_async_preempt_end();
+// Clears EFLAGS.AC (alignment check), which a signal handler inherits from
+// the interrupted code: the first call of each of goro's signal handlers
+// (arch/preempt_*.S).
+void goro_clear_alignment_check() __attribute__((visibility("hidden")));
 }
 
 namespace goro::arch {

@@ -13,7 +13,11 @@
  * ZMM, opmask: whatever XCR0 enables) with XSAVE, sized at start-up from CPUID.
  * Then the state the ABI promises at a call is made true before calling into
  * the runtime: an empty x87 stack (FNINIT; the interrupted code may have been
- * in the middle of x87 work) and DF clear.
+ * in the middle of x87 work), DF clear, and AC clear: EFLAGS.AC (alignment
+ * check, bit 18) is not the ABI's, but a goroutine may set it to find its
+ * own misaligned accesses, and the runtime, libc and the goroutines that run
+ * next on this thread (the context switch carries no flags) do make
+ * misaligned accesses, which AC turns into SIGBUS.
  * The frame, as offsets from %rbp once it is set:
  *
  *   0x88  red zone of the interrupted code (128 bytes, untouched)
@@ -29,8 +33,7 @@
  *   below: padding to a 64-byte boundary, then the XSAVE area (its 64-byte
  *          header zeroed before XSAVE, as XRSTOR requires)
  *
- * Then it clears DF (the ABI requires it at calls) and calls
- * goro_async_preempt_go, which parks the goroutine as runnable; when the
+ * Then it clears DF and AC and calls goro_async_preempt_go, which parks the goroutine as runnable; when the
  * goroutine is resumed, perhaps on another thread, the call returns and
  * everything is restored. `ret $128` returns to the interrupted PC and skips
  * the red zone, so the stack pointer is exactly what it was.
@@ -118,6 +121,9 @@ goro_async_preempt:
         fninit                               /* XSAVE leaves the x87 registers loaded: */
                                              /* the ABI wants the x87 stack empty at calls */
         cld                                  /* and DF clear */
+        pushfq                               /* AC clear too: no CLAC in user mode, */
+        andl    $~0x40000, (%rsp)            /* so through the flags on the stack */
+        popfq                                /* (CFA is on %rbp: no CFI needed) */
         call    goro_async_preempt_go        /* park as runnable; returns on resume */
         movl    goro_xsave_mask(%rip), %eax
         movl    goro_xsave_mask+4(%rip), %edx
@@ -169,7 +175,7 @@ goro_async_preempt:
         popq    %rax
         .cfi_adjust_cfa_offset -8
         .cfi_restore rax
-        popfq                                /* flags last: nothing after changes them */
+        popfq                                /* flags last (DF, AC): nothing after changes them */
         .cfi_adjust_cfa_offset -8            /* CFA = rsp + 136, as at entry */
         ret     $128                         /* to the interrupted PC, over the red zone */
         .cfi_endproc
@@ -179,5 +185,32 @@ goro_async_preempt:
 goro_async_preempt_end:
         ud2                                  /* marks the end of the trampoline */
         .size   goro_async_preempt_end, .-goro_async_preempt_end
+
+
+/*
+ * void goro_clear_alignment_check(void)
+ *
+ * Clears EFLAGS.AC. The kernel keeps the interrupted code's AC when it runs a
+ * signal handler (it clears only DF, TF and RF), so goro's handlers call this
+ * first: their code and the libc and dynamic loader code they call make
+ * misaligned accesses. Their sigreturn restores the interrupted flags. In
+ * assembly, not inline asm, so that the unwind info is right at every
+ * instruction and the compiler's red zone is never under the pushfq.
+ */
+        .text
+        .globl  goro_clear_alignment_check
+        .hidden goro_clear_alignment_check
+        .type   goro_clear_alignment_check, @function
+        .align  16
+goro_clear_alignment_check:
+        .cfi_startproc
+        pushfq                               /* flags ... */
+        .cfi_adjust_cfa_offset 8
+        andl    $~0x40000, (%rsp)            /* ... less AC (bit 18) ... */
+        popfq                                /* ... back */
+        .cfi_adjust_cfa_offset -8
+        ret
+        .cfi_endproc
+        .size   goro_clear_alignment_check, .-goro_clear_alignment_check
 
         .section .note.GNU-stack,"",%progbits

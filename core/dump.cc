@@ -36,6 +36,7 @@
 
 #include <cstdlib>
 
+#include "arch/cpu.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
 
@@ -386,6 +387,7 @@ GORO_NO_SANITIZE_THREAD void DumpAll(Out out, DumpMode mode, void* uctx = nullpt
 }
 
 void QuitHandler(int sig, siginfo_t* info, void* uctx) {
+  goro_clear_alignment_check();  // the interrupted code's AC, kept by the kernel (arch/cpu.h)
   M* m = CurrentM();
   if (m != nullptr && trace_target.load(std::memory_order_acquire) == m) {
     // A dumping thread asks for our goroutine's backtrace.

@@ -80,6 +80,7 @@ void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
 }
 
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
+  goro_clear_alignment_check();  // the interrupted code's AC, kept by the kernel (arch/cpu.h)
   int saved_errno = errno;
   namespace ps = preempt_signal;
   // A child forked without exec has a copy of everything and no scheduler:

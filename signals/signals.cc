@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "arch/cpu.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
 #include "signals/forward.h"
@@ -153,6 +154,11 @@ G* OverflowedGoroutine(M* m, const siginfo_t* info, void* uctx) {
 }
 
 void FaultHandler(int sig, siginfo_t* info, void* uctx) {
+  // The kernel keeps the faulting code's EFLAGS.AC for the handler: set, the
+  // first misaligned access here or in the loader's lazy binding would fault
+  // again, for ever (SA_NODEFER). sigreturn restores it, so a goroutine's
+  // own misaligned access with AC set faults again and dies by SIGBUS.
+  goro_clear_alignment_check();
   int saved_errno = errno;
   M* m = CurrentM();
   if (m != nullptr && IsFault(info)) {
@@ -163,6 +169,7 @@ void FaultHandler(int sig, siginfo_t* info, void* uctx) {
 }
 
 void PipeHandler(int sig, siginfo_t* info, void* uctx) {
+  goro_clear_alignment_check();  // as in FaultHandler
   if (tls_in_io_write) return;  // the write returns EPIPE
   // Not ours: the default action (terminate), as if we were not here.
   signal(SIGPIPE, SIG_DFL);

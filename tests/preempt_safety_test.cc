@@ -47,6 +47,7 @@ uint64_t goro_test_spin_until_excluded(const volatile uint8_t* stop, uint64_t* c
 void goro_test_spin_until_excluded_end();
 uint64_t goro_test_spin_with_df(const volatile uint8_t* stop, uint64_t* counter);
 uint64_t goro_test_spin_red_zone(const volatile uint8_t* stop, uint64_t* counter);
+uint64_t goro_test_spin_with_ac(const volatile uint8_t* stop, uint64_t* counter);
 }
 
 namespace {
@@ -1404,6 +1405,74 @@ TEST(PreemptSafetyTest, DirectionFlagSurvivesPreemption) {
 TEST(PreemptSafetyTest, RedZoneSurvivesPreemption) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(LeafLoopChild(goro_test_spin_red_zone, "red zone"));
+}
+
+// EFLAGS.AC (alignment check) set by a goroutine stays with it, and only it:
+// two call-free loops run with AC set on 2 Ps (goro_test_spin_with_ac checks
+// every iteration that it is still set), and the main goroutine, which runs
+// on a thread only after a loop there was preempted, reads a misaligned
+// quadword and formats text with libc each turn. The kernel keeps the
+// interrupted AC for a signal handler, and the context switch carries no
+// flags: unless the preemption handler and the trampoline clear AC (the
+// trampoline's popfq gives it back to the loop), the handler's lazily bound
+// calls fault in the dynamic loader for ever (the watchdog fires), or AC
+// leaks to g0 and the main goroutine, whose misaligned read is a SIGBUS.
+// Checked by hand: without the fix the child died by SIGSEGV (the handler's
+// faults recursing) in 1 of 1 runs; with the handlers fixed but not the
+// trampoline, by SIGBUS in 2 of 2.
+__attribute__((noinline)) uint64_t ReadUnaligned(const char* p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);  // one movq: misaligned when p is
+  return v;
+}
+
+[[noreturn]] void AlignmentCheckChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "AC");
+  constexpr int kLoops = 2;
+  static Spin spins[kLoops];
+  static uint64_t lost[kLoops], preemptions[kLoops];
+  static uint64_t turns = 0;
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(kLoops);
+        for (int i = 0; i < kLoops; ++i) {
+          goro::Go([i, &wg] {
+            lost[i] = spins[i].Run(goro_test_spin_with_ac);
+            preemptions[i] = goro::CurrentGoroutinePreemptions();
+            wg.Done();
+          });
+        }
+        alignas(16) static char bytes[32];
+        memset(bytes, 1, sizeof bytes);
+        uint64_t sum = 0;
+        auto start = Now();
+        while ((goro::GetStats().async_preemptions < 1000 || turns < 200) && Since(start) < absl::Seconds(8)) {
+          sum += ReadUnaligned(bytes + 1 + turns % 7);
+          char text[32];
+          snprintf(text, sizeof text, "%llu", U(sum));
+          ++turns;
+          goro::SleepFor(absl::Microseconds(300));
+        }
+        for (auto& s : spins) s.stop = 1;
+        wg.Wait();
+      },
+      Opts(2, absl::Microseconds(200)));
+  uint64_t total = 0;
+  for (int i = 0; i < kLoops; ++i) {
+    fprintf(stderr, "AC loop %d: %llu iterations, %llu preemptions, AC lost %llu times\n", i,
+            U(spins[i].counter.load()), U(preemptions[i]), U(lost[i]));
+    CHILD_CHECK(lost[i] == 0, "AC loop %d: AC found clear %llu times", i, U(lost[i]));
+    total += preemptions[i];
+  }
+  CHILD_CHECK(total >= 200 && turns >= 100, "only %llu preemptions of the loops, %llu turns of main: too few",
+              U(total), U(turns));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, AlignmentCheckFlagStaysWithTheGoroutineThatSetIt) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(AlignmentCheckChild());
 }
 
 // The x87 register stack of an interrupted goroutine goes with it, not to

@@ -23,6 +23,12 @@
  *       Clears DF before returning, as the ABI requires.
  *       Frame: 8 bytes at -8(%rsp) for pushfq/popq, briefly.
  *
+ *   uint64_t goro_test_spin_with_ac(const volatile uint8_t* stop, uint64_t* counter);
+ *       Sets AC (alignment check, bit 18 of rflags) and checks, every
+ *       iteration, that it is still set. Returns how many iterations found it
+ *       clear. Clears AC before returning. Makes aligned accesses only.
+ *       Frame: 8 bytes at -8(%rsp) for pushfq/popq, briefly.
+ *
  *   uint64_t goro_test_spin_red_zone(const volatile uint8_t* stop, uint64_t* counter);
  *       Keeps 16 known quadwords in the 128-byte red zone below %rsp for the
  *       whole loop; every iteration checks all 16 and writes the next set.
@@ -91,6 +97,45 @@ goro_test_spin_with_df:
         ret
         .cfi_endproc
         .size   goro_test_spin_with_df, .-goro_test_spin_with_df
+
+/* rdi = stop, rsi = counter; rax = iterations, rdx = AC found clear, rcx scratch */
+        .globl  goro_test_spin_with_ac
+        .type   goro_test_spin_with_ac, @function
+        .align  16
+goro_test_spin_with_ac:
+        .cfi_startproc
+        xorl    %eax, %eax                   /* iterations = 0 */
+        xorl    %edx, %edx                   /* AC found clear = 0 */
+        pushfq                               /* AC = 1 for the whole loop */
+        .cfi_adjust_cfa_offset 8
+        orl     $0x40000, (%rsp)
+        popfq
+        .cfi_adjust_cfa_offset -8
+1:      incq    %rax                         /* one more iteration */
+        movq    %rax, (%rsi)                 /* publish it */
+        pushfq                               /* flags ... */
+        .cfi_adjust_cfa_offset 8
+        popq    %rcx                         /* ... into rcx */
+        .cfi_adjust_cfa_offset -8
+        btq     $18, %rcx                    /* CF = AC */
+        jc      2f                           /* still set: fine */
+        incq    %rdx                         /* lost: count it ... */
+        pushfq                               /* ... and set it again */
+        .cfi_adjust_cfa_offset 8
+        orl     $0x40000, (%rsp)
+        popfq
+        .cfi_adjust_cfa_offset -8
+2:      cmpb    $0, (%rdi)                   /* stop requested? */
+        je      1b                           /* no: go on */
+        pushfq                               /* AC clear again for the caller */
+        .cfi_adjust_cfa_offset 8
+        andl    $~0x40000, (%rsp)
+        popfq
+        .cfi_adjust_cfa_offset -8
+        movq    %rdx, %rax                   /* return the losses */
+        ret
+        .cfi_endproc
+        .size   goro_test_spin_with_ac, .-goro_test_spin_with_ac
 
 /* rdi = stop, rsi = counter; rax = k (iterations), rdx = mismatches,
    rcx = quadword index, r8 = expected/next value, r9 = kRedZoneBase */
