@@ -2,9 +2,12 @@
 //
 // At start-up the executable segments of the main program are preemptible;
 // everything else (shared libraries, the vDSO, the dynamic loader) is not. The
-// trampoline is always excluded. The tables are fixed arrays written before
-// any signal can read them (registration publishes with a release store of the
-// count), so the handler reads them without locks.
+// trampoline is always excluded. The tables are fixed arrays that the handler
+// reads without locks while the program may be adding to them, from any
+// number of threads at once: a writer claims a slot with a CAS on the count
+// of slots claimed, fills it, and publishes it with a release store of the
+// slot's ready flag; a reader skips a claimed slot that is not ready yet (its
+// Add has not returned).
 //
 // That rule assumes the runtime libraries are shared objects. Linked into the
 // executable (-static, -static-libstdc++, -static-libgcc, or an allocator
@@ -48,27 +51,39 @@ struct Range {
 
 constexpr int kMaxRanges = 64;
 
-// Constant-initialised (constinit): a dynamic initialiser would reset `n`
-// after a static constructor of the program had started the runtime and
-// registered the ranges.
+// Constant-initialised (constinit): a dynamic initialiser would reset
+// `claimed` after a static constructor of the program had started the runtime
+// and registered the ranges.
 struct RangeTable {
-  Range ranges[kMaxRanges] = {};
-  std::atomic<int> n{0};
+  struct Slot {
+    Range range;                // written once, by the writer that claimed the slot, before `ready`
+    std::atomic<bool> ready{};  // release-stored by that writer; `range` is read only once it is seen true
+  };
+  Slot slots[kMaxRanges] = {};
+  // Slots handed out: writers CAS it up, never past kMaxRanges. A plain load
+  // and store of one count let two concurrent writers take the same slot,
+  // both returning true: one range lost.
+  std::atomic<int> claimed{0};
 
   bool Add(uintptr_t b, uintptr_t e) {
-    int i = n.load(std::memory_order_relaxed);
-    if (i >= kMaxRanges || b >= e) return false;
-    ranges[i] = Range{b, e};
-    n.store(i + 1, std::memory_order_release);
+    if (b >= e) return false;
+    int i = claimed.load(std::memory_order_relaxed);
+    do {
+      if (i >= kMaxRanges) return false;
+    } while (!claimed.compare_exchange_weak(i, i + 1, std::memory_order_relaxed));
+    slots[i].range = Range{b, e};
+    slots[i].ready.store(true, std::memory_order_release);
     return true;
   }
   bool Contains(uintptr_t pc) const {
-    int count = n.load(std::memory_order_acquire);
+    int count = claimed.load(std::memory_order_relaxed);
     for (int i = 0; i < count; ++i) {
-      if (pc >= ranges[i].begin && pc < ranges[i].end) return true;
+      if (!slots[i].ready.load(std::memory_order_acquire)) continue;  // being written
+      if (pc >= slots[i].range.begin && pc < slots[i].range.end) return true;
     }
     return false;
   }
+  bool Empty() const { return claimed.load(std::memory_order_relaxed) == 0; }
 };
 
 constinit RangeTable preemptible;
@@ -168,7 +183,7 @@ std::string InitPreemptibleRanges() {
     return "";
   }
   // The program said which of its code may be interrupted: only that is.
-  if (preemptible.n.load(std::memory_order_relaxed) > 0) return "";
+  if (!preemptible.Empty()) return "";
   std::string last = std::move(linked.back());
   linked.pop_back();
   return linked.empty() ? last : absl::StrCat(absl::StrJoin(linked, ", "), " and ", last);

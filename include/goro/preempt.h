@@ -60,9 +60,12 @@ class NoPreemptScope {
 // the code runs goroutines. Returns false when full. In an executable with
 // the runtime libraries linked in (above), ranges registered before the
 // runtime starts are the only preemptible code, and keep async preemption on.
+// Safe to call from several threads at once.
 bool RegisterPreemptibleCode(const void* begin, const void* end);
 // Marks [begin, end) as code where a goroutine is never interrupted, even in
-// the main executable. Exclusions win over registrations.
+// the main executable. Exclusions win over registrations. At most 64 ranges,
+// counting the runtime's own (one); returns false when full. Safe to call
+// from several threads at once.
 bool ExcludeFromPreemption(const void* begin, const void* end);
 
 // How many times the calling goroutine has been preempted (both ways).
