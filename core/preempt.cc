@@ -49,18 +49,22 @@ struct Range {
   uintptr_t end;
 };
 
+// The program's own registrations and exclusions, each.
 constexpr int kMaxRanges = 64;
+// The main executable's executable segments (usually one).
+constexpr int kMaxMainSegments = 8;
 
 // Constant-initialised (constinit): a dynamic initialiser would reset
 // `claimed` after a static constructor of the program had started the runtime
 // and registered the ranges.
+template <int kCapacity>
 struct RangeTable {
   struct Slot {
     Range range;                // written once, by the writer that claimed the slot, before `ready`
     std::atomic<bool> ready{};  // release-stored by that writer; `range` is read only once it is seen true
   };
-  Slot slots[kMaxRanges] = {};
-  // Slots handed out: writers CAS it up, never past kMaxRanges. A plain load
+  Slot slots[kCapacity] = {};
+  // Slots handed out: writers CAS it up, never past kCapacity. A plain load
   // and store of one count let two concurrent writers take the same slot,
   // both returning true: one range lost.
   std::atomic<int> claimed{0};
@@ -69,7 +73,7 @@ struct RangeTable {
     if (b >= e) return false;
     int i = claimed.load(std::memory_order_relaxed);
     do {
-      if (i >= kMaxRanges) return false;
+      if (i >= kCapacity) return false;
     } while (!claimed.compare_exchange_weak(i, i + 1, std::memory_order_relaxed));
     slots[i].range = Range{b, e};
     slots[i].ready.store(true, std::memory_order_release);
@@ -86,14 +90,21 @@ struct RangeTable {
   bool Empty() const { return claimed.load(std::memory_order_relaxed) == 0; }
 };
 
-constinit RangeTable preemptible;
-constinit RangeTable excluded;
+// The program's (RegisterPreemptibleCode, ExcludeFromPreemption).
+constinit RangeTable<kMaxRanges> preemptible;
+constinit RangeTable<kMaxRanges> excluded;
+// The runtime's own, in tables of their own: in the program's, 64 ranges
+// registered before the runtime started left no room for the executable's
+// segments, and then no code at all was preemptible while async preemption
+// still said it was on.
+constinit RangeTable<kMaxMainSegments> main_program_code;
+constinit RangeTable<1> trampoline;
 
 // The main program's executable segments, and whether it has a dynamic
 // loader (PT_INTERP): a program without one has libc linked in (-static or
 // -static-pie).
 struct MainProgram {
-  Range code[8] = {};
+  Range code[kMaxMainSegments] = {};
   int n = 0;
   bool has_interp = false;
 
@@ -161,8 +172,8 @@ std::string InitPreemptibleRanges() {
   static bool done = false;
   if (done) return "";
   done = true;
-  excluded.Add(reinterpret_cast<uintptr_t>(&goro_async_preempt),
-               reinterpret_cast<uintptr_t>(&goro_async_preempt_end) + 16);
+  trampoline.Add(reinterpret_cast<uintptr_t>(&goro_async_preempt),
+                 reinterpret_cast<uintptr_t>(&goro_async_preempt_end) + 16);
   MainProgram main;
   dl_iterate_phdr(FindMainProgram, &main);
   if (main.n == 0) return "";
@@ -179,7 +190,7 @@ std::string InitPreemptibleRanges() {
     linked.emplace_back("an allocator (malloc)");
   }
   if (linked.empty()) {
-    for (int i = 0; i < main.n; ++i) preemptible.Add(main.code[i].begin, main.code[i].end);
+    for (int i = 0; i < main.n; ++i) main_program_code.Add(main.code[i].begin, main.code[i].end);
     return "";
   }
   // The program said which of its code may be interrupted: only that is.
@@ -189,7 +200,10 @@ std::string InitPreemptibleRanges() {
   return linked.empty() ? last : absl::StrCat(absl::StrJoin(linked, ", "), " and ", last);
 }
 
-bool PreemptiblePc(uintptr_t pc) { return !excluded.Contains(pc) && preemptible.Contains(pc); }
+bool PreemptiblePc(uintptr_t pc) {
+  if (trampoline.Contains(pc) || excluded.Contains(pc)) return false;
+  return main_program_code.Contains(pc) || preemptible.Contains(pc);
+}
 
 }  // namespace goro::internal
 

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "arch/cpu.h"
 #include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -1749,6 +1750,54 @@ int RegisterRaceRound() {
 
 TEST(PreemptSafetyTest, ConcurrentRegistrationsLoseNoRange) {
   EXPECT_CHILD_OK(RegisterRaceChild());
+}
+
+// The program fills both of its tables (64 ranges registered, 64 excluded,
+// all accepted, the 65th refused) before the runtime starts. The runtime's
+// own ranges must still be in force: the executable's code is preemptible
+// (a call-free loop on one P lets the main goroutine in) and the trampoline
+// is not. Fails (the watchdog, or a CHILD_CHECK) if they share the
+// program's tables: the runtime's Adds then failed silently, no code was
+// preemptible, and GetOptions().async_preemption still said true. Checked by
+// hand: with the executable's segments added to the program's table, the
+// PreemptiblePc check failed and the watchdog fired, 2 of 2 runs.
+[[noreturn]] void FullTablesChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "full range tables");
+  alignas(64) static char area[65 * 64];
+  for (int i = 0; i < 64; ++i) {
+    CHILD_CHECK(goro::RegisterPreemptibleCode(area + i * 64, area + i * 64 + 32), "registration %d refused", i);
+    CHILD_CHECK(goro::ExcludeFromPreemption(area + i * 64 + 32, area + i * 64 + 64), "exclusion %d refused", i);
+  }
+  CHILD_CHECK(!goro::RegisterPreemptibleCode(area + 64 * 64, area + 65 * 64), "a 65th registration accepted");
+  CHILD_CHECK(!goro::ExcludeFromPreemption(area + 64 * 64, area + 65 * 64), "a 65th exclusion accepted");
+  static Spin spin;
+  goro::Run(
+      [] {
+        CHILD_CHECK(goro::internal::PreemptiblePc(reinterpret_cast<uintptr_t>(&goro_test_spin_until)),
+                    "the executable's code is not preemptible");
+        CHILD_CHECK(!goro::internal::PreemptiblePc(reinterpret_cast<uintptr_t>(&goro_async_preempt)),
+                    "the trampoline is preemptible");
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          spin.Run(goro_test_spin_until);
+          wg.Done();
+        });
+        // One P: back while the loop runs only if it was preempted.
+        while (!spin.Started()) goro::Yield();
+        CHILD_CHECK(spin.stop.load() == 0, "back after the loop ended");
+        spin.stop = 1;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(1)));
+  CHILD_CHECK(goro::GetOptions().async_preemption, "async preemption turned off");
+  CHILD_CHECK(goro::GetStats().async_preemptions > 0, "no async preemption");
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, FullRangeTablesLeaveTheExecutablePreemptible) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(FullTablesChild());
 }
 
 }  // namespace

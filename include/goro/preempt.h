@@ -55,16 +55,15 @@ class NoPreemptScope {
 
 // Marks [begin, end) as code where a goroutine may be interrupted, for
 // example a shared library of yours that keeps no per-thread state. At most
-// 64 ranges, counting the main executable's executable segments (usually
-// one), which the runtime adds to the same table when it starts; call before
-// the code runs goroutines. Returns false when full. In an executable with
-// the runtime libraries linked in (above), ranges registered before the
-// runtime starts are the only preemptible code, and keep async preemption on.
-// Safe to call from several threads at once.
+// 64 ranges (the main executable's, which the runtime adds when it starts, do
+// not count); call before the code runs goroutines. Returns false when full.
+// In an executable with the runtime libraries linked in (above), ranges
+// registered before the runtime starts are the only preemptible code, and
+// keep async preemption on. Safe to call from several threads at once.
 bool RegisterPreemptibleCode(const void* begin, const void* end);
 // Marks [begin, end) as code where a goroutine is never interrupted, even in
-// the main executable. Exclusions win over registrations. At most 64 ranges,
-// counting the runtime's own (one); returns false when full. Safe to call
+// the main executable. Exclusions win over registrations. At most 64 ranges
+// (the runtime's own do not count); returns false when full. Safe to call
 // from several threads at once.
 bool ExcludeFromPreemption(const void* begin, const void* end);
 
