@@ -35,8 +35,9 @@ namespace {
 // goroutine blocked it itself, or it runs inside a signal handler of the
 // program's. Then the handler cannot run until the thread unblocks it, and
 // waiting would spin for ever; nor can the signal land in the call. It stays
-// pending, marked sent (one sysmon sends again after 10 ms merges with it),
-// and when the thread unblocks it the handler takes it as usual. (Go leaves
+// pending, marked sent (a standard one that sysmon sends again after 10 ms
+// merges with it; a realtime one is not sent again), and when the thread
+// unblocks it the handler takes it as usual. (Go leaves
 // such a signal pending too; its signalPending stays set until the handler
 // runs.) It is
 // not consumed here with sigtimedwait: sysmon may not have sent it yet, and

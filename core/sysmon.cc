@@ -164,11 +164,21 @@ constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 // The preemption signal, one in flight per M (M::signal_state). Sysmon
 // begins one (kSending) before its last checks, and either ends it (kIdle)
 // or sends it and marks it sent (kSent); the handler acknowledges it (kIdle)
-// at any point after the send. A signal marked sent and never acknowledged
-// for this long was lost (merged into a SIGURG of the program's that was
-// pending on the thread, and delivered as that one before sysmon marked it
-// sent): it may be begun again.
+// at any point after the send. A standard signal marked sent and never
+// acknowledged for this long was lost (merged into a SIGURG of the program's
+// that was pending on the thread, and delivered as that one before sysmon
+// marked it sent): it may be begun again.
 constexpr int64_t kLostPreemptSignalNs = 10 * 1000 * 1000;
+
+// Whether signals of this number queue, one entry per send, rather than
+// merge with one pending: the realtime signals, from the kernel's SIGRTMIN
+// (32; glibc's SIGRTMIN is above it, after the signals it keeps for itself).
+// Such a signal is never lost: one not acknowledged is still pending, on a
+// thread that blocks it. Sent again every kLostPreemptSignalNs, each would
+// queue behind it and take one of the user's RLIMIT_SIGPENDING entries,
+// which every process of the user shares; once they are gone, sigqueue,
+// timers and AIO fail with EAGAIN everywhere.
+bool PreemptSignalQueues() { return sched.preempt_signal >= 32; }
 
 pid_t process_id = 0;  // getpid() and getuid() are system calls: asked once, by SysmonMain
 uid_t user_id = 0;
@@ -179,7 +189,9 @@ bool BeginPreemptSignal(M* m, int64_t now, uint32_t* word) {
   namespace ps = preempt_signal;
   uint32_t v = m->signal_state.load(std::memory_order_seq_cst);
   if (ps::State(v) == ps::kSending) return false;
-  if (ps::State(v) == ps::kSent && now - m->signal_sent_at < kLostPreemptSignalNs) return false;
+  if (ps::State(v) == ps::kSent && (PreemptSignalQueues() || now - m->signal_sent_at < kLostPreemptSignalNs)) {
+    return false;  // pending still (never lost, if realtime), or merged into another only just
+  }
   uint32_t next = ps::With(v + 4, ps::kSending);  // a new generation
   if (!m->signal_state.compare_exchange_strong(v, next, std::memory_order_seq_cst)) return false;
   *word = next;
