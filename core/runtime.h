@@ -690,6 +690,11 @@ void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption
 // On m's g0: gives the thread the runtime's mask back, after a goroutine
 // that changed it left (signals/sigmask.cc).
 void RestoreMSignalMask(M* m);
+// Test seam (tests/preempt_safety_test.cc): when set, the pthread_sigmask and
+// sigprocmask wrappers call it on a goroutine with the M whose
+// sigmask_changed they are about to write, before they read the thread's
+// mask. Unset outside that test.
+extern std::atomic<void (*)(M*)> sigmask_note_hook;
 // Whether `mask` is the one every M runs with. A thread whose mask differs
 // runs inside a signal handler of the program's (which blocks at least its
 // own signal), or changed its mask itself. The kernel's mask is 64 bits on

@@ -76,13 +76,33 @@ __attribute__((constructor(101))) void ResolveMaskFunctions() {
 
 // After a successful change by the program on a goroutine: whether the
 // thread's mask is now another than the runtime's.
+//
+// The M, the mask read and the write of the M's flag must all be the same
+// thread's: a goroutine switched between them (this is the executable's code,
+// and a mask that is the runtime's again lets the preemption handler in)
+// would write the flag of the M it left, from the mask of the thread it
+// resumed on - clearing the flag another goroutine had set there since, whose
+// blocked signals would then outlive it on that thread (and racing with that
+// M's g0, which reads the flag). So preemption is deferred meanwhile:
+// preempt_off raised, not a NoPreemptScope, since pthread_sigmask is called
+// in signal handlers, where the scope's check of the P could wait for one
+// and its end could switch goroutines (as in dl_iterate_phdr's wrapper). A
+// request that arrives meanwhile waits for the next safe point or signal.
 void NoteMaskChange() {
+  G* g = CurrentGoroutine();
+  if (g == nullptr) return;  // a plain thread, or the runtime on g0
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
-  if (m == nullptr || m->curg == nullptr) return;  // a plain thread, or the runtime on g0
+  if (auto hook = sigmask_note_hook.load(std::memory_order_relaxed)) hook(m);
   m->sigmask_changed = !ThreadHasMSignalMask();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 }  // namespace
+
+std::atomic<void (*)(M*)> sigmask_note_hook{nullptr};
 
 bool ThreadHasMSignalMask() {
   sigset_t cur;

@@ -1090,6 +1090,80 @@ TEST(PreemptSafetyTest, RealtimePreemptSignalIsNotQueuedAgainWhileBlocked) {
   EXPECT_CHILD_OK(RealtimePreemptSignalChild());
 }
 
+// goro's pthread_sigmask wrapper notes on the M whether the thread's mask is
+// still the runtime's (M::sigmask_changed, which g0 reads to restore it).
+// The M it writes must be the thread's whose mask it read: it runs in the
+// executable's code, and once a goroutine's mask is the runtime's again the
+// handler may preempt it there. Two call-free loops keep both Ps busy (1 ms
+// slices); a goroutine blocks SIGUSR1 and unblocks it, five times, and on
+// each unblock the wrapper's seam (core/runtime.h's sigmask_note_hook),
+// called with the M about to be written, spins 100 ms in this binary's
+// code, watching the thread's M. Fails if the goroutine moved to another M
+// in the hook: the wrapper would then write the flag of the M it left, from
+// the mask of the thread it is on, possibly clearing the flag another
+// goroutine set there. Checked by hand: without the wrapper's preempt_off,
+// the goroutine moved in 5 of 5 unblocks.
+namespace masknote {
+std::atomic<bool> armed{false};
+std::atomic<int> calls{0}, moved{0};
+
+void Hook(goro::internal::M* m) {
+  if (!armed.load()) return;
+  calls.fetch_add(1);
+  auto start = Now();
+  while (Since(start) < absl::Milliseconds(100)) {
+    if (goro::internal::CurrentM() != m) {
+      moved.fetch_add(1);
+      return;
+    }
+  }
+}
+}  // namespace masknote
+
+[[noreturn]] void MaskNoteChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "sigmask note");
+  goro::internal::sigmask_note_hook.store(masknote::Hook);
+  static Spin hogs[2];
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        wg.Add(2);
+        for (auto& h : hogs) {
+          goro::Go([&h, &wg] {
+            h.Run(goro_test_spin_until);
+            wg.Done();
+          });
+        }
+        while (!hogs[0].Started() || !hogs[1].Started()) goro::Yield();
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        for (int i = 0; i < 5; ++i) {
+          pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+          masknote::armed = true;
+          pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);  // the runtime's mask again: preemptible
+          masknote::armed = false;
+          goro::Yield();
+        }
+        for (auto& h : hogs) h.stop = 1;
+        wg.Wait();
+      },
+      Opts(2, absl::Milliseconds(1)));
+  goro::internal::sigmask_note_hook.store(nullptr);
+  fprintf(stderr, "%d unblocks noted, %d moved to another M meanwhile\n", masknote::calls.load(),
+          masknote::moved.load());
+  CHILD_CHECK(masknote::calls.load() == 5, "the hook ran %d times, not 5", masknote::calls.load());
+  CHILD_CHECK(masknote::moved.load() == 0, "moved to another M while noting the mask, %d times",
+              masknote::moved.load());
+  CHILD_CHECK(goro::GetStats().async_preemptions > 0, "no async preemption: the test proved nothing");
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, SigmaskWrapperNotesTheMaskOnTheMItRead) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(MaskNoteChild());
+}
+
 // ---------------------------------------------------------------------------
 // A child started with fork()+exec() (or posix_spawn) from a goroutine,
 // while preemption signals fly, starts with the default signal state.
