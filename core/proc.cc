@@ -60,6 +60,27 @@
 // reported by the last M to go idle (CheckDeadLocked), by the last awake
 // plain thread to park, or by sysmon soon after the last one exits.
 //
+// Making threads
+// --------------
+// A new thread starts as a copy of the one that creates it: its CPU
+// affinity, scheduling policy and nice value, its namespaces (unshare,
+// setns), the filesystem context it unshared (CLONE_FS: cwd, root, umask).
+// An M runs any goroutine for the rest of the process, so it must not be
+// copied from a thread whose state someone changed on purpose: an M wired
+// to a goroutine (LockOSThread is how a goroutine asks for a thread it may
+// change), or a plain thread of the program (Go, Run and Ready from one may
+// start an M; so may sysmon, which has no M). Those queue the M they made
+// for the template thread (NewM), as Go does since 1.10 (golang/go#20676:
+// newm, newmHandoff, templateThread). The template thread only ever makes
+// threads, sysmon's included, and sleeps on a futex in between; it is no M,
+// holds no P and never runs a goroutine, so no accounting counts it. It is
+// made when the runtime starts, by the thread that starts it, and first
+// puts its affinity, policy and nice value back to the main thread's
+// (MainThreadDefaults); the namespaces and filesystem context of that
+// thread it cannot undo. An M not wired to a goroutine makes the next M
+// itself (the common path: no hand-off), since its state is the template's
+// unless an unwired goroutine changed it, which only a wired one may do.
+//
 // Parking
 // -------
 // A goroutine blocks with Park(reason, commit, arg): it switches to g0, and g0
@@ -110,6 +131,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -455,20 +477,78 @@ void RunqPut(P* p, G* g, bool next) {
 
 void* MStart(void* arg);
 
-void NewM(P* p, bool spinning) {
-  auto* m = new (std::nothrow) M();
-  if (m == nullptr) FatalF("cannot start a runtime thread: out of memory (struct M, %zu bytes)", sizeof(M));
-  m->id = sched.next_mid.fetch_add(1, std::memory_order_relaxed);
-  m->spinning = spinning;
-  m->next_p = p;
-  int nthreads;
-  {
-    absl::MutexLock lock(&sched.mu);
-    if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
-    nthreads = sched.mcount;
-    m->alllink = sched.allm.load(std::memory_order_relaxed);
-    sched.allm.store(m, std::memory_order_release);  // read without the lock
-  }
+// The main thread's CPU affinity mask, scheduling policy and nice value,
+// read once when goro is loaded (by a static initialiser below: before main,
+// on the main thread as a rule, as Go reads the mask at start-up), or by
+// whatever starts the runtime first if that comes earlier (a static
+// constructor). They stand for the process's, which Linux does not have
+// (each thread has its own; `taskset -p` reads and sets the main thread's):
+// what the template thread resets itself to, and the mask whose CPUs the
+// default max_procs counts - never the state of whichever thread starts the
+// runtime, which may be pinned (an I/O thread) or real-time (an audio
+// thread). Later changes to the main thread are not seen. A part that could
+// not be read stays unknown. Never freed: the template thread reads it.
+struct ThreadDefaults {
+  cpu_set_t* cpus = nullptr;  // null: unknown
+  size_t cpus_size = 0;
+  int ncpus = 0;
+  int policy = -1;  // sched_getscheduler's (SCHED_RESET_ON_FORK included); -1: unknown
+  sched_param param{};
+  bool nice_known = false;
+  int nice = 0;
+};
+
+const ThreadDefaults& MainThreadDefaults() {
+  static const ThreadDefaults* const defaults = [] {
+    auto* d = new ThreadDefaults();
+    const pid_t main_tid = getpid();  // the main thread's id
+    // A set large enough for the machine: EINVAL means the kernel's is larger.
+    for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+      cpu_set_t* set = CPU_ALLOC(cpus);
+      if (set == nullptr) break;
+      size_t size = CPU_ALLOC_SIZE(cpus);
+      CPU_ZERO_S(size, set);
+      int rc = sched_getaffinity(main_tid, size, set);
+      if (rc != 0 && errno == ESRCH) rc = sched_getaffinity(0, size, set);  // no main thread: ours
+      int err = errno;
+      int n = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+      if (n > 0) {
+        d->cpus = set;
+        d->cpus_size = size;
+        d->ncpus = n;
+        break;
+      }
+      CPU_FREE(set);
+      if (rc == 0 || err != EINVAL) break;
+    }
+    int policy = sched_getscheduler(main_tid);
+    if (policy >= 0 && sched_getparam(main_tid, &d->param) == 0) d->policy = policy;
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(main_tid));  // per thread on Linux
+    if (errno == 0) {
+      d->nice = nice;
+      d->nice_known = true;
+    }
+    return d;
+  }();
+  return *defaults;
+}
+[[maybe_unused]] const bool main_thread_defaults_read = (MainThreadDefaults(), true);
+
+// On the template thread as it starts: back to the main thread's affinity,
+// policy and nice value. Each may fail (none of those CPUs allowed any more,
+// a priority this thread may not raise itself to); the thread then keeps its
+// creator's. Namespaces and the rest are out of reach (see "Making threads").
+void ResetToMainThreadDefaults() {
+  const ThreadDefaults& d = MainThreadDefaults();
+  if (d.cpus != nullptr) sched_setaffinity(0, d.cpus_size, d.cpus);
+  if (d.policy >= 0) sched_setscheduler(0, d.policy, &d.param);
+  if (d.nice_known) setpriority(PRIO_PROCESS, 0, d.nice);
+}
+
+// The thread for m, made by the calling thread, which is clean: an M not
+// wired to a goroutine, or the template thread. `nthreads`: for the message.
+void CreateMThread(M* m, int nthreads) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -483,6 +563,95 @@ void NewM(P* p, bool spinning) {
     FatalF("cannot start runtime thread M%lld: pthread_create: %s (errno %d; it would be thread %d of the runtime)",
            static_cast<long long>(m->id), strerror(err), err, nthreads);
   }
+}
+
+// Ms made by a thread that must not be copied, waiting for the template
+// thread to make their threads; linked through sched_link. The template
+// thread sleeps on newm_wake when it found the list empty (newm_waiting),
+// and whoever queues an M then wakes it, once.
+constinit M* newm_list ABSL_GUARDED_BY(sched.mu) = nullptr;
+constinit bool newm_waiting ABSL_GUARDED_BY(sched.mu) = false;
+constinit Note newm_wake;
+constinit Note template_started;  // it has reset itself and started sysmon
+
+// The template thread (see "Making threads" above). Never returns.
+void* TemplateThreadMain(void*) {
+  pthread_setname_np(pthread_self(), "goro-template");  // not its creator's name
+  ResetToMainThreadDefaults();
+  StartSysmon();  // a copy of this thread, as every M is
+  template_started.Wakeup();
+  for (;;) {
+    M* list;
+    int nthreads;
+    {
+      absl::MutexLock lock(&sched.mu);
+      list = newm_list;
+      newm_list = nullptr;
+      newm_waiting = list == nullptr;
+      nthreads = sched.mcount;
+    }
+    if (list == nullptr) {
+      newm_wake.Sleep();
+      newm_wake.Clear();
+      continue;
+    }
+    while (M* m = list) {
+      list = m->sched_link;
+      m->sched_link = nullptr;
+      CreateMThread(m, nthreads);
+    }
+  }
+}
+
+// Makes the template thread, which makes sysmon, and waits until both
+// exist. It takes no signals (nor does sysmon, its copy).
+void StartTemplateThread() {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int err = pthread_create(&t, &attr, TemplateThreadMain, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (err != 0) FatalF("cannot start the runtime's template thread: pthread_create: %s (errno %d)", strerror(err), err);
+  template_started.Sleep();
+}
+
+void NewM(P* p, bool spinning) {
+  auto* m = new (std::nothrow) M();
+  if (m == nullptr) FatalF("cannot start a runtime thread: out of memory (struct M, %zu bytes)", sizeof(M));
+  m->id = sched.next_mid.fetch_add(1, std::memory_order_relaxed);
+  m->spinning = spinning;
+  m->next_p = p;
+  // Only an M that runs no wired goroutine may copy itself; any other caller
+  // (a wired M, a plain thread, sysmon) hands the work to the template thread.
+  M* self = CurrentM();
+  const bool by_template = self == nullptr || self->locked_g != nullptr;
+  bool wake_template = false;
+  int nthreads;
+  {
+    absl::MutexLock lock(&sched.mu);
+    if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
+    nthreads = sched.mcount;
+    m->alllink = sched.allm.load(std::memory_order_relaxed);
+    sched.allm.store(m, std::memory_order_release);  // read without the lock
+    if (by_template) {
+      m->sched_link = newm_list;
+      newm_list = m;
+      wake_template = newm_waiting;
+      newm_waiting = false;
+    }
+  }
+  // Counted from now, as running: the deadlock check must not find every M
+  // idle while this one is still on its way.
+  if (by_template) {
+    if (wake_template) newm_wake.Wakeup();
+    return;
+  }
+  CreateMThread(m, nthreads);
 }
 
 // Starts an M to run p (an idle P if p is null). `spinning` means the caller
@@ -1573,25 +1742,14 @@ int64_t GoroutineRecordsInUse() {
 
 namespace {
 
-// The CPUs this process may run on: its affinity mask, as Go's default
-// GOMAXPROCS counts them, so that `taskset -c 0 prog` or a container's cpuset
-// gets as many Ps as it has CPUs (the hardware concurrency counts every online
-// CPU). The mask is read with a set large enough for the machine (EINVAL means
-// the kernel's is larger); if it cannot be read, the hardware concurrency.
+// The CPUs this process may run on, as Go's default GOMAXPROCS counts them:
+// the main thread's affinity mask (MainThreadDefaults), so that `taskset -c 0
+// prog` or a container's cpuset gets as many Ps as it has CPUs (the hardware
+// concurrency counts every online CPU), whichever thread starts the runtime.
+// If the mask could not be read, the hardware concurrency.
 int UsableCpus() {
-  for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
-    cpu_set_t* set = CPU_ALLOC(cpus);
-    if (set == nullptr) break;
-    size_t size = CPU_ALLOC_SIZE(cpus);
-    CPU_ZERO_S(size, set);
-    int rc = sched_getaffinity(0, size, set);
-    int err = errno;
-    int n = rc == 0 ? CPU_COUNT_S(size, set) : 0;
-    CPU_FREE(set);
-    if (n > 0) return n;
-    if (rc == 0 || err != EINVAL) break;
-  }
-  return static_cast<int>(std::thread::hardware_concurrency());
+  int n = MainThreadDefaults().ncpus;
+  return n > 0 ? n : static_cast<int>(std::thread::hardware_concurrency());
 }
 
 }  // namespace
@@ -1673,7 +1831,7 @@ void EnsureStarted(const Options& opts) {
     for (int i = sched.nprocs - 1; i >= 0; --i) PidlePutLocked(sched.allp[i]);
   }
   sched.coarse_now.store(Nanotime(), std::memory_order_relaxed);
-  StartSysmon();
+  StartTemplateThread();  // and sysmon, a copy of it
   sched.started.store(true, std::memory_order_release);
   trace::StartFromEnvironment();  // GOROTRACE
 }

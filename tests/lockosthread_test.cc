@@ -10,12 +10,16 @@
 // that goroutines are preempted and moved between threads all the time. A
 // child reports every failed check on stderr and exits non-zero; its watchdog
 // turns a hang into a failure.
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <thread>
 
 #include "goro/goro.h"
@@ -321,6 +325,45 @@ TEST(LockOSThreadTest, GoroutineExitingLockedLeavesItsThreadUsable) {
     EXPECT_LT(threads_after - threads_before, kExits / 2)
         << "threads before " << threads_before << ", after " << threads_after;
   });
+}
+
+// A wired goroutine may change its thread's kernel state - here its own
+// filesystem context (unshare(CLONE_FS), then chdir, which per thread is
+// harmless) - and start goroutines meanwhile. The threads the runtime starts
+// for them must not be copies of the wired one, which would share its
+// working directory and run every goroutine there for ever (the same holds
+// for a network namespace, CPU affinity, a scheduling policy): they are made
+// by the runtime's template thread. Fails if any of those goroutines, each
+// wired to a thread started for it, runs in the wired goroutine's directory:
+// before the template thread, all six did. One P, so that the wired thread
+// is the only thread when it changes (with two, a spare thread may have been
+// started before, and those it starts are rightly clean).
+[[noreturn]] void WiredGoroutineStartsGoroutinesChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "wired goroutine starting goroutines");
+  const std::string dir = goro_test::OtherDirectory();
+  goro::Options opts;
+  opts.max_procs = 1;
+  goro::Run(
+      [&] {
+        goro::LockOSThread();
+        const std::string before = goro_test::WorkingDirectory();
+        CHILD_CHECK(unshare(CLONE_FS) == 0, "unshare(CLONE_FS): %s", strerror(errno));
+        CHILD_CHECK(chdir(dir.c_str()) == 0, "chdir %s: %s", dir.c_str(), strerror(errno));
+        const int threads_before = goro::GetStats().threads;
+        const int in_dir = goro_test::WiredGoroutinesWithCwd(dir, 6);
+        CHILD_CHECK(in_dir == 0, "%d of 6 goroutines started from the wired goroutine ran in its directory %s",
+                    in_dir, dir.c_str());
+        CHILD_CHECK(goro::GetStats().threads >= threads_before + 5, "only %d threads started for 6 wired goroutines",
+                    goro::GetStats().threads - threads_before);
+        CHILD_CHECK(chdir(before.c_str()) == 0, "chdir back: %s", strerror(errno));
+        goro::UnlockOSThread();
+      },
+      opts);
+  ExitChild();
+}
+
+TEST(LockOSThreadTest, ThreadsStartedForAWiredGoroutineAreNotCopiesOfItsThread) {
+  EXPECT_EXIT(WiredGoroutineStartsGoroutinesChild(), ::testing::ExitedWithCode(0), "");
 }
 
 // A locked goroutine that blocks or yields while nothing else runs: its

@@ -1,13 +1,21 @@
 // The scheduler: goroutine identity, Run and Go from anywhere, work spreading
-// across Ps, the Stats counters, and unwinding on and off goroutines.
+// across Ps, the Stats counters, the runtime's own threads (not copies of
+// the program's), and unwinding on and off goroutines.
+#include <dirent.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -460,6 +468,71 @@ TEST(SchedTest, StealsHappenAfterASpreadWorkload) {
     EXPECT_EQ(after.procs, 2);
     EXPECT_GE(after.threads, 2) << "two Ps ran at once, so at least two Ms exist";
   });
+}
+
+// ---------------------------------------------------------------------------
+// Making threads: the runtime's threads are not copies of the program's.
+
+// The kernel ids of the runtime's threads: those whose name begins with
+// "goro-" (the Ms, sysmon, the template thread).
+std::vector<pid_t> RuntimeThreads() {
+  std::vector<pid_t> tids;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("goro-", 0) == 0) tids.push_back(static_cast<pid_t>(atoi(e->d_name)));
+  }
+  closedir(d);
+  return tids;
+}
+
+// A plain thread pinned to one CPU (an I/O thread, say) starts the runtime
+// with the default number of Ps and starts goroutines. The Ps count the
+// process's CPUs (its main thread's mask), not the starter's, and no runtime
+// thread keeps the pin: the template thread, the only one the starter makes,
+// takes the main thread's mask back before it makes sysmon and the Ms (the
+// first M too, made for the pinned thread's Run, and every other a copy of
+// an M). Fails if the count follows the starter (one P) or any runtime
+// thread runs on fewer CPUs than the process: before the template thread,
+// every one did.
+[[noreturn]] void PinnedThreadStartsTheRuntimeChild(cpu_set_t process) {
+  Watchdog dog(absl::Seconds(30));
+  int first = 0;
+  while (!CPU_ISSET(first, &process)) ++first;
+  std::thread t([first] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    CHILD_CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity: %s", strerror(errno));
+    goro::Run([] { goro_test::WiredGoroutinesWithCwd("", 3); });  // default Options; makes Ms
+  });
+  t.join();
+  if (getenv("GOROMAXPROCS") == nullptr) {
+    CHILD_CHECK(goro::GetStats().procs == std::min(CPU_COUNT(&process), 1024), "%d Ps for %d CPUs",
+                goro::GetStats().procs, CPU_COUNT(&process));
+  }
+  std::vector<pid_t> tids = RuntimeThreads();
+  CHILD_CHECK(tids.size() >= 4, "only %zu runtime threads", tids.size());
+  for (pid_t tid : tids) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    CHILD_CHECK(sched_getaffinity(tid, sizeof mask, &mask) == 0, "sched_getaffinity(%d): %s", tid, strerror(errno));
+    CHILD_CHECK(CPU_EQUAL(&mask, &process), "runtime thread %d may run on %d CPUs, the process on %d", tid,
+                CPU_COUNT(&mask), CPU_COUNT(&process));
+  }
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(SchedTest, RuntimeStartedByAPinnedThreadUsesTheProcessCpus) {
+  cpu_set_t process;
+  CPU_ZERO(&process);
+  ASSERT_EQ(sched_getaffinity(0, sizeof process, &process), 0) << strerror(errno);
+  if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "needs two CPUs to tell a pinned thread from the process";
+  EXPECT_EXIT(PinnedThreadStartsTheRuntimeChild(process), ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------

@@ -107,6 +107,34 @@ int QueueSignalToThisThread(int sig, void* value) {
   return syscall(SYS_rt_tgsigqueueinfo, getpid(), ThreadId(), sig, &si) == 0 ? 0 : errno;
 }
 
+int WiredGoroutinesWithCwd(const std::string& dir, int n) {
+  goro::Chan<int> found;  // 1 from each goroutine that ran in dir, else 0
+  goro::Chan<int> release;
+  goro::WaitGroup done;
+  int in_dir = 0;
+  for (int i = 0; i < n; ++i) {
+    done.Add(1);
+    goro::Go([found, release, &done, &dir]() mutable {
+      goro::LockOSThread();
+      found.Send(WorkingDirectory() == dir ? 1 : 0);
+      release.Recv();  // holds its thread meanwhile
+      goro::UnlockOSThread();
+      done.Done();
+    });
+    in_dir += found.Recv().value_or(0);
+  }
+  release.Close();
+  done.Wait();
+  return in_dir;
+}
+
+std::string WorkingDirectory() {
+  char buf[4096];
+  return getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : std::string("?");
+}
+
+std::string OtherDirectory() { return WorkingDirectory() == "/" ? "/tmp" : "/"; }
+
 void Spin(absl::Duration d) {
   auto start = Now();
   while (Since(start) < d) {

@@ -155,6 +155,19 @@ int QueueSignalToThisThread(int sig, void* value = nullptr);
 // Busy-waits for about `d` without calling into goro.
 void Spin(absl::Duration d);
 
+// Starts `n` goroutines, one at a time, that each wire themselves to their
+// thread (LockOSThread) and wait there, so that each needs a thread of its
+// own and the runtime must start new ones, while the calling goroutine or
+// thread waits for each to report; returns how many of them found their
+// thread's working directory to be `dir`. Releases them and waits for them
+// to finish before it returns.
+int WiredGoroutinesWithCwd(const std::string& dir, int n);
+
+// A directory other than the calling thread's working directory ("/" or
+// "/tmp"), and that working directory.
+std::string OtherDirectory();
+std::string WorkingDirectory();
+
 // Prints the runtime's counters on stderr, labelled `when` (a child's
 // diagnostics, shown when its check fails).
 void PrintStats(const char* when);

@@ -32,11 +32,14 @@ namespace goro {
 // runtime.LockOSThread): until a matching UnlockOSThread, it runs only on this
 // thread, and no other goroutine does. Calls nest. Use it for code that needs
 // thread identity: thread_local state kept across blocking calls, thread-
-// affine libraries (OpenGL, some GUI toolkits), per-thread kernel state, and
-// locks whose owner is the thread (std::recursive_mutex, error-checking or
-// robust pthread mutexes, flockfile): held by a goroutine that is preempted,
-// such a lock lets in the next goroutine that runs on the thread. (Or hold
-// one inside a NoPreemptScope with no blocking call; or use goro::Mutex.)
+// affine libraries (OpenGL, some GUI toolkits), per-thread kernel state
+// (a network namespace, CPU affinity, unshare(CLONE_FS)), and locks whose
+// owner is the thread (std::recursive_mutex, error-checking or robust pthread
+// mutexes, flockfile): held by a goroutine that is preempted, such a lock
+// lets in the next goroutine that runs on the thread. (Or hold one inside a
+// NoPreemptScope with no blocking call; or use goro::Mutex.) Threads the
+// runtime starts meanwhile are not copies of this one, so kernel-state
+// changes stay on it.
 // No effect off a goroutine.
 void LockOSThread();
 // Undoes one LockOSThread. Unlocking a goroutine that is not locked is a no-op.

@@ -29,6 +29,8 @@ struct Options {
   // 0 means $GOROMAXPROCS when set and valid, else the number of CPUs the
   // process may run on (its affinity mask, sched_getaffinity, as Go counts
   // them: 1 under `taskset -c 0`), or the hardware concurrency if that fails.
+  // The process's mask is its main thread's as the program was loaded (Go
+  // reads it at start-up too), whichever thread starts the runtime.
   // At most 1024: a larger value is capped, a negative one taken as 0, each
   // with one line on stderr.
   int max_procs = 0;
@@ -57,6 +59,13 @@ struct Options {
 // caller until `fn` returns. May be called from any thread, including from a
 // goroutine (then only the calling goroutine blocks), and more than once. An
 // empty `fn` is a fatal error ("go of nil func value").
+// The runtime's threads descend from a template thread that the thread that
+// starts the runtime makes; it takes back the main thread's CPU affinity,
+// scheduling policy and nice value, but keeps the starter's namespaces and
+// filesystem context (cwd after unshare(CLONE_FS)): start the runtime from a
+// thread in the namespaces goroutines should use. A thread that changes its
+// own state later, or a goroutine wired with LockOSThread, passes nothing on
+// (docs/scheduler.md, "Making threads").
 // While a thread waits here and every goroutine has been blocked for 100 ms
 // with nothing that could wake one, the process ends with
 // "fatal error: all goroutines are asleep - deadlock!". A plain thread counts
