@@ -80,6 +80,8 @@
 // thread it cannot undo. An M not wired to a goroutine makes the next M
 // itself (the common path: no hand-off), since its state is the template's
 // unless an unwired goroutine changed it, which only a wired one may do.
+// The other way round, a goroutine that exits wired ends its thread, as in
+// Go (RetireMOnG0): whatever it did to the thread goes with it.
 //
 // Parking
 // -------
@@ -131,6 +133,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -627,16 +630,17 @@ void NewM(P* p, bool spinning) {
   m->spinning = spinning;
   m->next_p = p;
   // Only an M that runs no wired goroutine may copy itself; any other caller
-  // (a wired M, a plain thread, sysmon) hands the work to the template thread.
+  // (a wired M, one retiring after its wired goroutine, a plain thread,
+  // sysmon) hands the work to the template thread.
   M* self = CurrentM();
-  const bool by_template = self == nullptr || self->locked_g != nullptr;
+  const bool by_template = self == nullptr || self->locked_g != nullptr || self->retiring;
   bool wake_template = false;
   int nthreads;
   {
     absl::MutexLock lock(&sched.mu);
     if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
     nthreads = sched.mcount;
-    m->alllink = sched.allm.load(std::memory_order_relaxed);
+    m->alllink.store(sched.allm.load(std::memory_order_relaxed), std::memory_order_relaxed);
     sched.allm.store(m, std::memory_order_release);  // read without the lock
     if (by_template) {
       m->sched_link = newm_list;
@@ -1098,11 +1102,14 @@ G* FinishSwitchOnG0(M* m) {
     case SwitchRequest::kExit: {
       P* p = m->p;
       if (g->locked_m != nullptr) {
-        // Go ends a thread whose goroutine exits locked to it; goro keeps the
-        // thread and simply unwires it (see docs/preemption.md).
+        // Exited wired: the goroutine may have changed its thread in ways
+        // nobody undoes (a namespace, unshare(CLONE_FS), capabilities, a
+        // seccomp filter, affinity). As in Go, the thread ends with it:
+        // ScheduleOnG0 retires the M once the G is recycled here.
         g->locked_m = nullptr;
         g->lock_count = 0;
         m->locked_g = nullptr;
+        m->retiring = true;
       }
       g->status.store(GStatus::kDead, std::memory_order_relaxed);
       SanFiberDestroy(&g->san);
@@ -1166,8 +1173,63 @@ void StartLockedM(M* m, G* g) {
   StopM(m);
 }
 
-// The scheduler loop of every M, on g0. Never returns.
-[[noreturn]] void ScheduleOnG0(M* m) {
+// The Ms whose threads ended (RetireMOnG0), linked through sched_link: kept,
+// never freed, and so not a leak to LeakSanitizer either.
+constinit M* retired_ms ABSL_GUARDED_BY(sched.mu) = nullptr;
+
+// m's goroutine exited wired (FinishSwitchOnG0): hands m's P on and takes m
+// out of the runtime's accounting, as Go's mexit does; MStart then ends the
+// thread (ExitMThread). The M record itself is never freed (nor are its
+// fields reset): sysmon, dumps and the schedtrace read p->m and allm without
+// a lock and may look at m a moment after this, and a freed record reused
+// for a new M would pass sysmon's same-M comparisons (PState::cpu_m,
+// P::syscall_owner). That costs sizeof(M) per thread ended.
+void RetireMOnG0(M* m) {
+  if (P* p = m->p) {  // held: GoroutineMain took one back if it had lost it
+    m->p = nullptr;
+    SetPStatusByOwner(p, P::Status::kIdle);
+    p->m = nullptr;
+    HandoffP(p);  // an M it starts comes from the template thread (NewM)
+  }
+  absl::MutexLock lock(&sched.mu);
+  sched.mcount--;
+  M* prev = nullptr;
+  M* x = sched.allm.load(std::memory_order_relaxed);
+  for (; x != nullptr && x != m; x = x->alllink.load(std::memory_order_relaxed)) prev = x;
+  if (x == nullptr) Fatal("RetireMOnG0: the M is not on allm");
+  M* next = m->alllink.load(std::memory_order_relaxed);
+  if (prev == nullptr) {
+    sched.allm.store(next, std::memory_order_release);
+  } else {
+    prev->alllink.store(next, std::memory_order_release);
+  }
+  m->sched_link = retired_ms;
+  retired_ms = m;
+  // It may have been the last M counted as running.
+  CheckDeadLocked();
+}
+
+// The end of a retired M's thread, on g0 as MStart returns. No signal may
+// land on the alternate stack once it is unmapped, so every signal is
+// blocked first, for good: one already pending on the thread (sysmon's, sent
+// before the P was handed on) dies with it, and the program's process-wide
+// signals go to other threads. The thread's own stack goes back to the C
+// library as the thread ends. Thread-local destructors that run after this
+// find a plain thread (no M), as on any thread of the program.
+void ExitMThread(M* m) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, nullptr);
+  stack_t off{};
+  off.ss_flags = SS_DISABLE;
+  sigaltstack(&off, nullptr);
+  munmap(m->altstack, m->altstack_size);
+  tls_m = nullptr;
+}
+
+// The scheduler loop of every M, on g0. Returns only when the M retires
+// (its goroutine exited wired): then its thread is to end.
+void ScheduleOnG0(M* m) {
   for (;;) {
     bool inherit = false;
     G* g;
@@ -1189,6 +1251,10 @@ void StartLockedM(M* m, G* g) {
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
       inherit = true;
     } while (g != nullptr);
+    if (m->retiring) {
+      RetireMOnG0(m);
+      return;
+    }
     // Back from a blocking call that lost its P: wait to be handed one (a
     // wired M waits for its goroutine instead, at the top of the loop).
     if (m->p == nullptr && m->locked_g == nullptr) StopM(m);
@@ -1216,7 +1282,7 @@ __attribute__((no_sanitize("null"))) void* MStart(void* arg) {
   // with std::terminate's.
   try {
     AcquireP(m, p);
-    ScheduleOnG0(m);
+    ScheduleOnG0(m);  // returns only if the M retires
   } catch (const std::bad_alloc&) {
     FatalG("out of memory in the scheduler (std::bad_alloc)");
   } catch (const std::exception& e) {
@@ -1226,6 +1292,8 @@ __attribute__((no_sanitize("null"))) void* MStart(void* arg) {
     // that acted only once the scheduler reached a cancellation point.
     FatalG("pthread_exit or pthread_cancel on a runtime thread: a goroutine's thread is not its own to end");
   }
+  ExitMThread(m);
+  return nullptr;
 }
 
 // The first thing a goroutine does whenever it resumes, on whatever M: finish

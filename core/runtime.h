@@ -258,7 +258,13 @@ struct M {
   std::atomic<bool> revoked{false};
   void* altstack = nullptr;  // sigaltstack memory
   size_t altstack_size = 0;
-  M* alllink = nullptr;  // sched.allm: every M ever made (they never exit)
+  // sched.allm: every M whose thread has not ended. Written under sched.mu
+  // (pushed by NewM, unlinked by RetireMOnG0); read without it, and an M
+  // unlinked keeps its alllink, so a reader standing on it goes on.
+  std::atomic<M*> alllink{nullptr};
+  // Its goroutine exited wired (LockOSThread): the thread ends once its P is
+  // handed on (RetireMOnG0). Only this M's thread touches it.
+  bool retiring = false;
   [[no_unique_address]] FiberState g0san;  // g0's sanitizer fiber state
 };
 
@@ -404,6 +410,8 @@ struct Sched {
   // Every G ever allocated, for dumps: pushed by CAS, never removed (Gs are
   // recycled, not freed).
   std::atomic<G*> allgs{nullptr};
+  // The Ms whose threads have not ended, linked through M::alllink. M
+  // records are never freed, not even a retired one's (RetireMOnG0).
   std::atomic<M*> allm{nullptr};
   int64_t start_time = 0;  // Nanotime when the runtime started
   // GORODEBUG=schedtrace/scheddetail: sysmon prints a line every

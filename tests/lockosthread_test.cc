@@ -288,11 +288,11 @@ TEST(LockOSThreadTest, PlainThreadCallsAreNoOps) {
   });
 }
 
-// A goroutine that exits while locked gives its thread back (goro keeps the
-// thread, unlike Go). Fails if such a thread stays wired to the dead
-// goroutine: each exit then strands a thread, later goroutines need new ones
-// (the thread count grows with the exits) and the runtime eventually cannot
-// run what remains.
+// A goroutine that exits while locked ends its thread, as in Go, and the
+// runtime carries on without it. Fails if such a thread stays wired to the
+// dead goroutine (each exit then strands a thread, later goroutines need new
+// ones and the runtime eventually cannot run what remains), or if the ended
+// threads stay counted: either way the thread count grows with the exits.
 TEST(LockOSThreadTest, GoroutineExitingLockedLeavesItsThreadUsable) {
   goro_test::RunBounded([] {
     constexpr int kExits = 20;
@@ -364,6 +364,54 @@ TEST(LockOSThreadTest, GoroutineExitingLockedLeavesItsThreadUsable) {
 
 TEST(LockOSThreadTest, ThreadsStartedForAWiredGoroutineAreNotCopiesOfItsThread) {
   EXPECT_EXIT(WiredGoroutineStartsGoroutinesChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// A goroutine wires itself, changes its thread's kernel state in a way it
+// does not undo - its own filesystem context: unshare(CLONE_FS), then chdir -
+// and exits still wired: Go's way to throw such a thread away. The thread
+// must end, and no goroutine may run in that directory afterwards. Fails if
+// the thread's kernel id is still in /proc/self/task 10 s later, or if any
+// of the goroutines started afterwards (one at a time, then several wired,
+// each on a thread of its own) runs in the directory. Before, goro unwired
+// the thread and kept it: with one P it went on running every goroutine,
+// all of them in the directory.
+[[noreturn]] void GoroutineExitingWiredChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "goroutine exiting wired");
+  const std::string dir = goro_test::OtherDirectory();
+  goro::Options opts;
+  opts.max_procs = 1;
+  goro::Run(
+      [&] {
+        goro::Chan<int64_t> tid;
+        goro::Go([&dir, tid]() mutable {
+          goro::LockOSThread();
+          CHILD_CHECK(unshare(CLONE_FS) == 0, "unshare(CLONE_FS): %s", strerror(errno));
+          CHILD_CHECK(chdir(dir.c_str()) == 0, "chdir %s: %s", dir.c_str(), strerror(errno));
+          tid.Send(ThreadId());
+        });  // exits wired
+        const std::string task = "/proc/self/task/" + std::to_string(tid.Recv().value_or(0));
+        bool ended = goro_test::Eventually([&] { return access(task.c_str(), F_OK) != 0; }, absl::Seconds(10));
+        CHILD_CHECK(ended, "%s, the thread of a goroutine that exited wired, still exists", task.c_str());
+        int in_dir = 0;
+        for (int i = 0; i < 50; ++i) {
+          goro::Chan<int> done;
+          goro::Go([&, done]() mutable {
+            if (goro_test::WorkingDirectory() == dir) ++in_dir;
+            done.Send(1);
+          });
+          done.Recv();
+        }
+        if (goro_test::WorkingDirectory() == dir) ++in_dir;
+        in_dir += goro_test::WiredGoroutinesWithCwd(dir, 4);
+        CHILD_CHECK(in_dir == 0, "%d goroutines ran in the directory %s of a thread whose goroutine exited wired",
+                    in_dir, dir.c_str());
+      },
+      opts);
+  ExitChild();
+}
+
+TEST(LockOSThreadTest, GoroutineExitingWiredEndsItsThread) {
+  EXPECT_EXIT(GoroutineExitingWiredChild(), ::testing::ExitedWithCode(0), "");
 }
 
 // A locked goroutine that blocks or yields while nothing else runs: its

@@ -39,8 +39,10 @@ namespace goro {
 // lets in the next goroutine that runs on the thread. (Or hold one inside a
 // NoPreemptScope with no blocking call; or use goro::Mutex.) Threads the
 // runtime starts meanwhile are not copies of this one, so kernel-state
-// changes stay on it.
-// No effect off a goroutine.
+// changes stay on it. If the goroutine exits still locked, its thread ends
+// with it, as in Go: the way to throw away a thread whose state cannot be
+// put back. Unlock first to give the thread back to the runtime. No effect
+// off a goroutine.
 void LockOSThread();
 // Undoes one LockOSThread. Unlocking a goroutine that is not locked is a no-op.
 void UnlockOSThread();
