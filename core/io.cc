@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/netpoll.h"
 #include "core/runtime.h"
-#include "goro/syscall.h"
 
 namespace goro::internal {
 
@@ -206,7 +205,7 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
     // deadline_ns: 0 for none, -1 for one already passed.
     const int timeout_ms = deadline_ns == 0 ? -1 : TimeoutMillis(std::max<int64_t>(deadline_ns - Nanotime(), 0));
     pollfd pfd{fd, events, 0};
-    int r = goro::Syscall([&] { return ::poll(&pfd, 1, timeout_ms); });
+    int r = RuntimeSyscall([&] { return ::poll(&pfd, 1, timeout_ms); });
     if (r > 0) return absl::OkStatus();
     if (r == 0 && Nanotime() >= deadline_ns) {
       return DeadlineError(fd);
@@ -272,7 +271,7 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
       if (absl::Status s = internal::PollBlocking(fd, POLLIN, dl); !s.ok()) return s;
     }
     for (;;) {
-      ssize_t r = Syscall([&] { return ::read(fd, buf, n); });
+      ssize_t r = internal::RuntimeSyscall([&] { return ::read(fd, buf, n); });
       if (r >= 0) return static_cast<size_t>(r);
       // EINTR: a signal of the program's, without SA_RESTART.
       if (const int err = internal::Errno(); err != EINTR) return internal::ErrnoStatus(err, "read", fd);
@@ -335,7 +334,7 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
         if (absl::Status s = internal::PollBlocking(fd, POLLOUT, dl); !s.ok()) return s;
         chunk = std::min<size_t>(chunk, PIPE_BUF);
       }
-      r = Syscall([&] {
+      r = internal::RuntimeSyscall([&] {
         internal::tls_in_io_write = true;
         ssize_t w = ::write(fd, p + done, chunk);
         internal::tls_in_io_write = false;

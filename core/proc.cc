@@ -1351,7 +1351,7 @@ __attribute__((no_sanitize("null"))) void GoroutineMain(void* arg) {  // see MSt
   g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
   g->closure_ops = nullptr;
   if (g->syscall_depth != 0) FatalG("goroutine ends inside a marked blocking region (a SyscallScope it never ended)");
-  g->preempt_off.store(1, std::memory_order_relaxed);
+  g->preempt_off.store(kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);
   M* m = CurrentM();
@@ -1555,7 +1555,7 @@ RuntimeScope::RuntimeScope() {
   if (n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
     PreemptCooperative();
   }
-  g_->preempt_off.store(n + 1, std::memory_order_relaxed);
+  g_->preempt_off.store(n + kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   if (n != 0 && g_->syscall_depth != 0) FatalGoroCallInMarkedRegion();
   // Nested too: what raised preempt_off first may not have checked the P.
@@ -1564,6 +1564,12 @@ RuntimeScope::RuntimeScope() {
   // its callback. Inside a RuntimeScope the check is a few loads: the P
   // cannot be taken while preempt_off is raised.
   EnsurePAfterEntry(g_);
+}
+
+InRuntimeScope::InRuntimeScope() : g_(CurrentGoroutine()) {
+  if (g_ == nullptr) return;
+  g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) + kInRuntime, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
 void FatalGoroCallInMarkedRegion() {
@@ -1578,6 +1584,11 @@ void EnsurePAfterEntryOutsideHandlers(G* g) {
 }
 
 void ReacquireP(M* m, G* g) {
+  // Runtime code, whatever raised preempt_off (a NoPreemptScope, goro's
+  // dl_iterate_phdr wrapper): it sets m->p to null, takes sched.mu, may
+  // switch to g0. A marked region in a signal handler that interrupts it
+  // must keep the P (core/syscall.cc).
+  InRuntimeScope in_runtime;
   P* p = m->p;
   // Sysmon is deciding (TryRevokeP): it sees our raised preempt_off and
   // gives the P back, or has already committed; wait for the outcome.
@@ -1638,10 +1649,10 @@ void PreemptCooperative() {
   // the goroutine set itself is no handler's (sigmask_changed).
   if (!CurrentM()->sigmask_changed && !ThreadHasMSignalMask()) return;
   G* g = CurrentGoroutine();
-  g->preempt_off.fetch_add(1, std::memory_order_relaxed);
+  g->preempt_off.fetch_add(kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ParkPreempted(g, /*async=*/false);
-  g->preempt_off.fetch_sub(1, std::memory_order_relaxed);
+  g->preempt_off.fetch_sub(kInRuntime, std::memory_order_relaxed);
 }
 
 void HandoffP(P* p) {
@@ -1749,7 +1760,7 @@ extern "C" void goro_async_preempt_go() {
   G* g = CurrentGoroutine();
   ParkPreempted(g, /*async=*/true);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - kInRuntime, std::memory_order_relaxed);
 }
 
 namespace {
@@ -1774,7 +1785,7 @@ void NewProc(const ClosureOps* ops, void* f) {
   ops->move_to(g->closure, f);
   g->closure_ops = ops;
   g->stackguard0.store(0, std::memory_order_relaxed);
-  g->preempt_off.store(1, std::memory_order_relaxed);  // see GoroutineMain
+  g->preempt_off.store(kInRuntime, std::memory_order_relaxed);  // see GoroutineMain
   g->preemptions = 0;
   if (p != nullptr) {
     if (p->goid_next == p->goid_end) {
@@ -2021,7 +2032,10 @@ int64_t GoroutineId() {
 }
 
 Stats GetStats() {
-  goro::NoPreemptScope no_preempt;  // sched.mu is released on the thread that took it
+  // sched.mu is released on the thread that took it; and a marked region in
+  // a signal handler that interrupts this keeps its P (core/syscall.cc),
+  // since leaving one that lost it may take sched.mu.
+  internal::InRuntimeScope in_runtime;
   Stats s;
   if (!sched.started.load(std::memory_order_acquire)) return s;
   // Exits first: a goroutine counted as exited was counted as created

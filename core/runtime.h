@@ -14,6 +14,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -155,9 +156,12 @@ struct alignas(64) G {
   arch::Context ctx;  // saved registers while not running
   Stack stack;        // {0,0} until first run: a G that has not started has no stack
   std::atomic<GStatus> status{GStatus::kIdle};
-  // > 0 while the goroutine runs runtime code (RuntimeScope) or a user
-  // NoPreemptScope: the signal handler does not inject then. Written only by
-  // the goroutine's own thread (and by the handler, which runs on it).
+  // > 0 while the goroutine runs runtime code or a user NoPreemptScope: the
+  // signal handler does not inject then. Runtime code (RuntimeScope, and the
+  // runtime's other entries and switches) adds kInRuntime, a NoPreemptScope
+  // (and goro's dl_iterate_phdr wrapper) adds 1, so that InRuntimeCode can
+  // tell the two apart. Written only by the goroutine's own thread (and by
+  // the handler, which runs on it).
   std::atomic<int32_t> preempt_off{0};
   int64_t id = 0;
   G* sched_link = nullptr;   // free lists and ChanClose's wake list
@@ -185,7 +189,8 @@ struct alignas(64) G {
   bool spent_slice = false;
   int32_t spent_on = -1;  // with spent_slice: the id of the P it was preempted from
   // Marked blocking regions entered and not left (core/syscall.cc): only the
-  // outermost one enters and leaves the syscall state. The goroutine's own.
+  // outermost one enters and leaves the syscall state. An outermost region
+  // that kept the P counts kSyscallKeptP instead of 1. The goroutine's own.
   int32_t syscall_depth = 0;
   void* param = nullptr;
   EhGlobals eh;  // the exception state while not running
@@ -201,6 +206,16 @@ struct alignas(64) G {
   [[no_unique_address]] FiberState san;  // sanitizer fiber state (core/sanitizer.h)
 };
 static_assert(offsetof(G, preemptions) < 64, "G's first cache line overflowed");
+
+// What runtime code adds to G::preempt_off (a NoPreemptScope adds 1).
+inline constexpr int32_t kInRuntime = 1 << 16;
+// Whether a goroutine whose preempt_off is `preempt_off` is inside runtime
+// code (not merely inside a NoPreemptScope).
+inline bool InRuntimeCode(int32_t preempt_off) { return preempt_off >= kInRuntime; }
+// G::syscall_depth of an outermost marked region that kept its P: entered in
+// a signal handler of the program's that interrupted runtime code
+// (core/syscall.cc).
+inline constexpr int32_t kSyscallKeptP = 1 << 30;
 static_assert(offsetof(G, closure) == 64, "G's closure should start the second line");
 
 // What a goroutine asks g0 to do when it switches to it.
@@ -514,11 +529,30 @@ class RuntimeScope {
   ~RuntimeScope() {
     if (g_ == nullptr) return;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - 1,
+    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - kInRuntime,
                           std::memory_order_relaxed);
   }
   RuntimeScope(const RuntimeScope&) = delete;
   RuntimeScope& operator=(const RuntimeScope&) = delete;
+
+ private:
+  G* g_;
+};
+
+// Marks runtime code that must not make RuntimeScope's checks (which may
+// switch goroutines, or find a P): raises preempt_off by kInRuntime, and
+// nothing else. Off a goroutine it does nothing.
+class InRuntimeScope {
+ public:
+  InRuntimeScope();
+  ~InRuntimeScope() {
+    if (g_ == nullptr) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - kInRuntime,
+                          std::memory_order_relaxed);
+  }
+  InRuntimeScope(const InRuntimeScope&) = delete;
+  InRuntimeScope& operator=(const InRuntimeScope&) = delete;
 
  private:
   G* g_;
@@ -615,9 +649,30 @@ void ReacquirePOnSameThread(M* m, G* g);
 void SetErrno(int v);
 int Errno();
 
-// Blocking regions (core/syscall.cc).
-void EnterSyscall();
+// Blocking regions (core/syscall.cc). from_runtime: the runtime's own
+// region (RuntimeSyscall), entered from runtime code at a point where it
+// holds nothing of its P's; the program's (SyscallScope) keeps the P when
+// it finds the goroutine inside runtime code.
+void EnterSyscall(bool from_runtime);
 void ExitSyscall();
+
+// Runs fn() as the runtime's own marked blocking region, from inside runtime
+// code (a RuntimeScope), and returns its result: goro::Syscall's
+// counterpart for goro::io. Off a goroutine it just runs fn(). errno as left
+// by fn is preserved.
+template <typename F>
+auto RuntimeSyscall(F&& fn) -> decltype(std::forward<F>(fn)()) {
+  struct Region {
+    Region() : active(CurrentGoroutine() != nullptr) {
+      if (active) EnterSyscall(/*from_runtime=*/true);
+    }
+    ~Region() {
+      if (active) ExitSyscall();
+    }
+    bool active;
+  } region;
+  return std::forward<F>(fn)();
+}
 
 // The network poller (core/netpoll.cc). NetpollReady collects the goroutines
 // whose I/O became ready, waiting up to `timeout_ns` (0: not at all, <0:

@@ -9,6 +9,10 @@
 // never signals an M whose P is in kSyscall, and the goroutine's preempt_off
 // is raised, so the call sees no EINTR from the runtime.
 //
+// A region the program enters while the goroutine is inside runtime code -
+// from a signal handler of its own that interrupted that code - keeps the
+// P instead (see EnterSyscall).
+//
 // Leaving: CAS kSyscall -> kRunning takes the P back if sysmon did not take
 // it (the common case: no system call beyond the user's own). Otherwise the
 // M grabs an idle P if there is one; failing that the goroutine waits its
@@ -76,15 +80,43 @@ void ForgetLostPreemptSignal(M* m) {
   m->signal_state.compare_exchange_strong(v, ps::With(v, ps::kIdle), std::memory_order_seq_cst);
 }
 
-void EnterSyscall() {
+void EnterSyscall(bool from_runtime) {
   G* g = CurrentGoroutine();
   // A region inside a region (goro::Syscall around code that uses another)
   // is part of the outer one.
-  if (g->syscall_depth++ != 0) return;
-  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (int32_t depth = g->syscall_depth; depth != 0) {
+    g->syscall_depth = depth + 1;
+    return;
+  }
+  const int32_t off = g->preempt_off.load(std::memory_order_relaxed);
+  // The program's region, with the goroutine inside runtime code: only a
+  // signal handler of the program's gets here, having interrupted that code
+  // (the runtime enters its own regions with from_runtime). The code it
+  // interrupted may be using the P - halfway through its run queue, holding
+  // sched.mu, between `m->request = req` and the switch in SwitchToG0 - and
+  // resumes when the handler returns: the P must not go to another M
+  // meanwhile, nor may leaving the region wait for a P or switch to g0. The
+  // region keeps the P instead, as a nested one would. (A NoPreemptScope is
+  // user code: its regions hand off as any others.)
+  if (!from_runtime && InRuntimeCode(off)) {
+    g->syscall_depth = kSyscallKeptP;
+    return;
+  }
+  g->syscall_depth = 1;
+  g->preempt_off.store(off + kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  EnsurePAfterEntry(g);
   M* m = CurrentM();  // preemption is off: it cannot change now
+  // Halfway through a switch (runtime code raises preempt_off before it
+  // switches, so this should not happen; the switch is the worst place for
+  // a hand-off to land).
+  if (!from_runtime && m->in_switch.load(std::memory_order_relaxed)) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    g->preempt_off.store(off, std::memory_order_relaxed);
+    g->syscall_depth = kSyscallKeptP;
+    return;
+  }
+  EnsurePAfterEntry(g);
+  m = CurrentM();  // the same M (ReacquireP keeps the goroutine on it)
   P* p = m->p;
   trace::SyscallEnter(p, g);
   g->status.store(GStatus::kSyscall, std::memory_order_relaxed);
@@ -106,8 +138,17 @@ void EnterSyscall() {
 
 void ExitSyscall() {
   G* g = CurrentGoroutine();
-  if (g->syscall_depth <= 0) FatalG("a marked blocking region ended on a goroutine that did not start it");
-  if (--g->syscall_depth != 0) return;
+  const int32_t depth = g->syscall_depth;
+  if (depth <= 0) FatalG("a marked blocking region ended on a goroutine that did not start it");
+  if (depth != 1 && depth != kSyscallKeptP) {  // a nested region
+    g->syscall_depth = depth - 1;
+    return;
+  }
+  // From here to the end preempt_off still says "runtime code" (raised on
+  // entry, or by the code whose handler a kept region is in): a region in a
+  // signal handler that interrupts this keeps the P.
+  g->syscall_depth = 0;
+  if (depth == kSyscallKeptP) return;
   int saved_errno = errno;
   M* m = CurrentM();
   P* p = m->p;
@@ -123,7 +164,7 @@ void ExitSyscall() {
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   trace::SyscallExit(m->p, g);  // the same M (see above), perhaps another P
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - kInRuntime, std::memory_order_relaxed);
   SetErrno(saved_errno);  // perhaps another thread's errno now
 }
 
@@ -132,7 +173,7 @@ void ExitSyscall() {
 namespace goro {
 
 SyscallScope::SyscallScope() : active_(internal::CurrentGoroutine() != nullptr) {
-  if (active_) internal::EnterSyscall();
+  if (active_) internal::EnterSyscall(/*from_runtime=*/false);
 }
 
 SyscallScope::~SyscallScope() {

@@ -150,7 +150,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   *reinterpret_cast<uintptr_t*>(sp) = pc;
   uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
   uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&goro_async_preempt);
-  g->preempt_off.store(1, std::memory_order_relaxed);  // until the trampoline has parked it
+  g->preempt_off.store(kInRuntime, std::memory_order_relaxed);  // until the trampoline has parked it
   errno = saved_errno;
 }
 

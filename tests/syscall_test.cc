@@ -34,6 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -735,6 +736,77 @@ TEST(SyscallTest, NoPreemptScopeAfterARevokedCallGetsItsOwnP) { EXPECT_CHILD_OK(
 }
 
 TEST(SyscallTest, NestedMarkedRegionsAreOne) { EXPECT_CHILD_OK(NestedRegionsChild()); }
+
+// A marked region in a signal handler of the program's that interrupted the
+// goroutine inside runtime code keeps the P: the interrupted code may be
+// using it (halfway through its run queue, holding sched.mu, between setting
+// its switch request and switching), and it resumes when the handler
+// returns. One P; a goroutine is queued on it, so sysmon would hand the P on
+// after one tick; the handler's region sleeps 100 ms. Inside a RuntimeScope
+// (white-box: as if the signal had come during a channel operation) the
+// queued goroutine must not run during the handler; inside a user's
+// NoPreemptScope the region hands the P on as anywhere else, and it must.
+//
+// Fails without the check in EnterSyscall: the P is handed to another M,
+// which runs the queued goroutine during the handler (a reviewer's
+// reproducer, signalling goroutines that ping-pong on channels, crashed in
+// 12 of 13 runs: "goroutine switched to g0 without a request", or SIGSEGV).
+// The second half fails if the check took a NoPreemptScope for runtime code.
+std::atomic<bool> queued_ran{false};
+std::atomic<int> queued_ran_in_handler{-1};  // -1: the handler has not run
+
+void MarkedSleepHandler(int) {
+  int saved = errno;
+  goro::Syscall([] { return NanosleepErr(absl::Milliseconds(100)); });
+  queued_ran_in_handler = queued_ran.load() ? 1 : 0;
+  errno = saved;
+}
+
+// Queues a goroutine on the only P, then sends the handler's signal to this
+// thread inside a `Scope`; returns whether the queued goroutine ran during
+// the handler.
+template <typename Scope>
+bool QueuedRanDuringHandler() {
+  queued_ran = false;
+  queued_ran_in_handler = -1;
+  goro::WaitGroup wg;
+  wg.Add(1);
+  goro::Go([&wg] {
+    queued_ran = true;
+    wg.Done();
+  });
+  {
+    Scope scope;
+    syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), SIGUSR1);  // handled before it returns
+    CHILD_CHECK(goro::internal::HoldsItsP(goro::internal::CurrentM()), "the goroutine lost its P");
+  }
+  CHILD_CHECK(queued_ran_in_handler.load() >= 0, "the handler did not run");
+  wg.Wait();
+  return queued_ran_in_handler.load() == 1;
+}
+
+[[noreturn]] void RegionInAHandlerChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "a marked region in a signal handler");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = MarkedSleepHandler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  CHILD_CHECK(sigaction(SIGUSR1, &sa, nullptr) == 0, "sigaction: %s", strerror(errno));
+  goro::Run(
+      [] {
+        CHILD_CHECK(!QueuedRanDuringHandler<goro::internal::RuntimeScope>(),
+                    "the region in a handler that interrupted runtime code gave the P away");
+        CHILD_CHECK(QueuedRanDuringHandler<goro::NoPreemptScope>(),
+                    "the region in a handler that interrupted a NoPreemptScope kept the P");
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, MarkedRegionInAHandlerKeepsThePOfInterruptedRuntimeCode) {
+  EXPECT_CHILD_OK(RegionInAHandlerChild());
+}
 
 // dl_iterate_phdr, which goro wraps to defer preemption, is called inside
 // signal handlers by unwinders (goro's own SIGQUIT report, a profiler's). On

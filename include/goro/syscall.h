@@ -13,6 +13,8 @@
 // so the call sees no EINTR caused by the runtime. It must not call goro
 // functions (channels, locks, Go, sleeps, goro::io) before the region ends:
 // that is a fatal error. A region inside a region is part of the outer one.
+// A region in a signal handler that interrupted goro's own code (a channel
+// operation, say) keeps the P: that code may be using it (docs/syscalls.md).
 //
 // Unmarked blocking calls are detected too, after a while (see
 // docs/syscalls.md), but marking them is cheaper and hands off sooner.
