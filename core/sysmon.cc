@@ -503,8 +503,14 @@ void SysmonLoop() {
       // long as that, a goroutine back from its call may run without a P.
       r.delay = v == Verdict::kBlocked ? std::min(r.delay * 2, std::max(max_sleep, kRevokedLookNs)) : kRevokedLookNs;
       r.next_look = now + r.delay;
+      // Running: ask it to yield, so that its next safe point (a runtime
+      // entry, Checkpoint()) takes it to ReacquireP - with async preemption
+      // off that is the only way back to a P, and without the request it
+      // would run on without one for as long as it computes. With async
+      // preemption on, a goroutine that reaches no safe point is signalled
+      // too (as PreemptOne does), once its thread is seen still on a CPU.
+      if (v == Verdict::kRunning) r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
       if (v == Verdict::kRunning && sched.async_preemption && StillOnCpu(r.m, r.cpu.fresh)) {
-        r.g->stackguard0.store(kStackPreempt, std::memory_order_release);
         if (uint32_t word; BeginPreemptSignal(r.m, now, &word)) {
           // As in PreemptOne: the goroutine may have entered the runtime
           // since (ReacquireP clears `revoked`) and be on its way into a

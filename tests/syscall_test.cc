@@ -711,6 +711,68 @@ TEST(SyscallTest, TimerOnARunningPBesideABlockedPFiresOnTime) {
 
 TEST(SyscallTest, NoPreemptScopeAfterARevokedCallGetsItsOwnP) { EXPECT_CHILD_OK(ScopeAfterRevokedCallChild()); }
 
+// With async preemption off (Options::async_preemption, GORODEBUG=
+// asyncpreemptoff=1, TSan and static builds) a goroutine whose P sysmon
+// revoked during an unmarked call, and which then computes, gets back to a
+// P only at a safe point, and only if asked: sysmon must set its
+// stackguard0 when it sees it running, signal or no signal. One P: A blocks
+// in an unmarked 30 ms nanosleep while B is queued, so sysmon revokes A's P
+// and hands it to B, which computes with Checkpoint() calls; A then computes
+// with Checkpoint() calls until it holds a P again (looked at white-box,
+// with preempt_off raised so that nothing changes meanwhile).
+//
+// Fails without the request: A runs on without a P, beside B on the one P,
+// until its 2 s limit. With it, A holds a P again 17-45 ms after it woke
+// (sysmon's look, then B's slice ends: it waits in the global queue) on a
+// loaded 2-CPU machine; the bound is 500 ms.
+bool HoldsAP() {
+  goro::internal::InRuntimeScope in_runtime;  // no revocation, no reacquisition
+  return goro::internal::HoldsItsP(goro::internal::CurrentM());
+}
+
+[[noreturn]] void RevokedThenComputesAsyncOffChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "a revoked goroutine computes with async preemption off");
+  goro::Options opts = Opts(1, absl::Milliseconds(10));
+  opts.async_preemption = false;
+  goro::Run(
+      [] {
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+        std::atomic<bool> a_done{false};
+        goro::WaitGroup wg;
+        wg.Add(2);
+        int64_t pless_ms = -1;
+        goro::Go([&] {  // A
+          CHILD_CHECK(NanosleepErr(absl::Milliseconds(30)) == 0, "nanosleep failed");  // deliberately unmarked
+          const auto woke = goro_test::Now();
+          while (!HoldsAP() && goro_test::Since(woke) < absl::Seconds(2)) {
+            goro_test::Spin(absl::Microseconds(20));
+            goro::Checkpoint();
+          }
+          pless_ms = absl::ToInt64Milliseconds(goro_test::Since(woke));
+          a_done = true;
+          wg.Done();
+        });
+        goro::Go([&] {  // B: queued behind A, then runs on A's P
+          while (!a_done.load()) {
+            goro_test::Spin(absl::Microseconds(20));
+            goro::Checkpoint();
+          }
+          wg.Done();
+        });
+        wg.Wait();
+        fprintf(stderr, "A held no P for %lld ms after it woke\n", static_cast<long long>(pless_ms));
+        CHILD_CHECK(goro::GetStats().handoffs > handoffs0, "A's P was not revoked during its nanosleep");
+        CHILD_CHECK(pless_ms < 500, "A held no P for %lld ms after it woke: it ran on without one",
+                    static_cast<long long>(pless_ms));
+      },
+      opts);
+  ExitChild();
+}
+
+TEST(SyscallTest, RevokedGoroutineThatComputesGetsAPBackWithAsyncPreemptionOff) {
+  EXPECT_CHILD_OK(RevokedThenComputesAsyncOffChild());
+}
+
 // A marked region inside another (goro::Syscall around code that marks its
 // own calls) is part of the outer one. On 1 P the goroutine must be able to
 // run on afterwards. Fails without the nesting count: the inner region's
