@@ -347,6 +347,13 @@ inline bool TimerDueSoon(int64_t timer0_when, int64_t now) {
   return timer0_when != 0 && timer0_when - now <= kSysmonRecheckNs;
 }
 
+// Sched::sysmon_wake_at once someone has woken sysmon from its current
+// sleep (below any time it could sleep until).
+inline constexpr int64_t kSysmonWokenEarly = 0;
+// A marked region entered with goroutines waiting wakes sysmon unless it
+// looks within this anyway (WakeSysmonForSyscall).
+inline constexpr int64_t kSyscallLookSoonNs = 1000 * 1000;
+
 // Slices at least this long are timed by sysmon's observation, shorter ones
 // by a TSC stamp (core/sysmon.cc).
 inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;
@@ -420,7 +427,10 @@ struct Sched {
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
   // When sysmon looks next, if it sleeps with a deadline (else INT64_MAX):
-  // a timer added for earlier, with no M left to sleep for it, wakes it.
+  // a timer added for earlier, with no M left to sleep for it, wakes it, and
+  // so does a marked region entered with goroutines waiting. The first of
+  // the latter to CAS it to kSysmonWokenEarly wakes sysmon; the rest find
+  // that. Sysmon stores it before it sleeps, INT64_MAX when it wakes.
   std::atomic<int64_t> sysmon_wake_at{INT64_MAX};
   // Every G ever allocated, for dumps: pushed by CAS, never removed (Gs are
   // recycled, not freed).
@@ -578,6 +588,10 @@ bool RevocationAvailable();
 void HandoffP(P* p);
 // Wakes sysmon if it sleeps until work appears.
 void WakeSysmon();
+// For a marked region entered with goroutines waiting to run: wakes sysmon
+// if its next look is more than kSyscallLookSoonNs away, at most once per
+// sleep of sysmon's (core/sysmon.cc).
+void WakeSysmonForSyscall();
 // Wakes sysmon whatever it sleeps for, so that it asks again soon: the
 // preemption handler could not take a request. Async-signal-safe (a store
 // and a futex wake).

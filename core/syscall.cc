@@ -5,7 +5,9 @@
 // status becomes kSyscall. From then on sysmon may take the P (CAS kSyscall ->
 // kIdle) and hand it to another M: on its second look at the same region
 // (one sysmon tick) if goroutines are waiting to run, or a timer of the P's
-// is due while no P is idle (core/sysmon.cc); else after 10 ms. Sysmon
+// is due while no P is idle (core/sysmon.cc); else after 10 ms. With
+// goroutines waiting, entering wakes sysmon for its first look if it would
+// look later than 1 ms from now (WakeSysmonForSyscall). Sysmon
 // never signals an M whose P is in kSyscall, and the goroutine's preempt_off
 // is raised, so the call sees no EINTR from the runtime.
 //
@@ -133,7 +135,7 @@ void EnterSyscall(bool from_runtime) {
     WaitOutPreemptSignal(m);
   }
   // Work is waiting for this P: make sure sysmon looks soon.
-  if (!p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0) WakeSysmon();
+  if (!p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0) WakeSysmonForSyscall();
 }
 
 void ExitSyscall() {
