@@ -1461,8 +1461,7 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
   m->revoked.store(true, std::memory_order_seq_cst);
   P::Status rev = P::Status::kRevoking;
   if (!p->status.compare_exchange_strong(rev, P::Status::kIdle)) Fatal("TryRevokeP: status changed under it");
-  sched.handoffs.fetch_add(1, std::memory_order_relaxed);
-  HandoffP(p);
+  if (HandoffP(p)) sched.handoffs.fetch_add(1, std::memory_order_relaxed);  // not when it went idle
   return true;
 }
 
@@ -1655,19 +1654,19 @@ void PreemptCooperative() {
   g->preempt_off.fetch_sub(kInRuntime, std::memory_order_relaxed);
 }
 
-void HandoffP(P* p) {
+bool HandoffP(P* p) {
   // Work waiting, or a timer due (FindRunnable runs it first, and then what
   // it readied): start an M to run it.
   if (!p->runq.Empty() || sched.runq_size.load() > 0 || TimerDueSoon(p->timer0_when.load(), Nanotime())) {
     StartM(p, false);
-    return;
+    return true;
   }
   // Nobody spinning or idle: this P should look for work (to steal).
   int32_t zero = 0;
   if (sched.nmspinning.load() + sched.npidle.load() == 0 &&
       sched.nmspinning.compare_exchange_strong(zero, 1)) {
     StartM(p, true);
-    return;
+    return true;
   }
   {
     absl::MutexLock lock(&sched.mu);
@@ -1680,6 +1679,7 @@ void HandoffP(P* p) {
   // wired to a goroutine that waits), and an idle runtime sends sysmon into
   // its deep sleep. As in Go's handoffp.
   if (sched.netpoll_waiters.load() > 0 && sched.npidle.load() == sched.nprocs) WakeNetpoller();
+  return false;
 }
 
 void WakeForTimer(int64_t when) {

@@ -584,8 +584,10 @@ void SetPStatusByOwner(P* p, P::Status s);
 bool TryRevokeP(P* p, M* m, G* g, uint32_t tick);
 // Whether unmarked blocking calls can be detected (membarrier available).
 bool RevocationAvailable();
-// Hands p to another M (when there is work for it) or puts it on the idle list.
-void HandoffP(P* p);
+// Hands p to another M (when there is work for it, or nobody spins or
+// idles to find any) or puts it on the idle list. Returns true if it gave p
+// to an M (started or woken): what Stats::handoffs counts.
+bool HandoffP(P* p);
 // Wakes sysmon if it sleeps until work appears.
 void WakeSysmon();
 // For a marked region entered with goroutines waiting to run: wakes sysmon

@@ -417,8 +417,7 @@ void SysmonLoop() {
           trace::PHandoff(p, __atomic_load_n(&owner->curg, __ATOMIC_ACQUIRE), trace::HandoffWhy::kSyscall);
           p->status.store(P::Status::kIdle, std::memory_order_release);
           p->m.store(nullptr, std::memory_order_release);
-          sched.handoffs.fetch_add(1, std::memory_order_relaxed);
-          HandoffP(p);
+          if (HandoffP(p)) sched.handoffs.fetch_add(1, std::memory_order_relaxed);  // not when it went idle
         }
         continue;
       }

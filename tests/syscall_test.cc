@@ -824,6 +824,40 @@ TEST(SyscallTest, RevokedGoroutineThatComputesGetsAPBackWithAsyncPreemptionOff) 
   EXPECT_CHILD_OK(RevokedThenComputesAsyncOffChild());
 }
 
+// Stats::handoffs counts Ps handed from a blocked M to another M, not Ps
+// that sysmon took and put on the idle list. On 2 Ps a lone goroutine makes
+// a 30 ms marked sleep, then a 30 ms unmarked one: with nothing to run and
+// the other P idle, sysmon takes the P after 10 ms each time (checked
+// white-box: both Ps idle during the sleep) and HandoffP puts it on the idle
+// list. Fails if those count: the counter went up by 2.
+[[noreturn]] void IdleRetakesAreNotHandoffsChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "retakes to the idle list are not hand-offs");
+  goro::Run(
+      [] {
+        using goro::internal::sched;
+        goro::SleepFor(absl::Milliseconds(20));  // whatever started with the runtime has settled
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+        bool marked_taken = false;
+        goro::Syscall([&] {
+          NanosleepErr(absl::Milliseconds(30));
+          marked_taken = sched.npidle.load() == sched.nprocs;
+          return 0;
+        });
+        CHILD_CHECK(NanosleepErr(absl::Milliseconds(30)) == 0, "nanosleep failed");  // deliberately unmarked
+        const bool unmarked_taken = !HoldsAP() && sched.npidle.load() == sched.nprocs;
+        const uint64_t handoffs1 = goro::GetStats().handoffs;
+        CHILD_CHECK(marked_taken, "sysmon did not take the P of the marked sleep: the test proved nothing");
+        CHILD_CHECK(unmarked_taken, "sysmon did not take the P of the unmarked sleep: the test proved nothing");
+        CHILD_CHECK(handoffs1 == handoffs0,
+                    "Stats::handoffs went from %llu to %llu, though no P went to another M",
+                    U(handoffs0), U(handoffs1));
+      },
+      Opts(2, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, RetakesToTheIdleListAreNotHandoffs) { EXPECT_CHILD_OK(IdleRetakesAreNotHandoffsChild()); }
+
 // A marked region inside another (goro::Syscall around code that marks its
 // own calls) is part of the outer one. On 1 P the goroutine must be able to
 // run on afterwards. Fails without the nesting count: the inner region's
