@@ -1350,7 +1350,7 @@ __attribute__((no_sanitize("null"))) void GoroutineMain(void* arg) {  // see MSt
   }
   g->closure_ops->destroy(g->closure);  // the captures die while the goroutine still runs
   g->closure_ops = nullptr;
-  if (g->syscall_depth != 0) FatalG("goroutine ends inside a marked blocking region (a SyscallScope it never ended)");
+  FatalIfEndingInsideAMarkedRegion(g);
   g->preempt_off.store(kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   EnsurePAfterEntry(g);
@@ -1397,6 +1397,11 @@ bool TryYieldDirect(M* m, G* g1) {
 }
 
 }  // namespace
+
+// A region left open would pass on to whatever goroutine reuses the G.
+void FatalIfEndingInsideAMarkedRegion(G* g) {
+  if (g->syscall_depth != 0) FatalG("goroutine ends inside a marked blocking region (a SyscallScope it never ended)");
+}
 
 void CheckDeadlock() {
   absl::MutexLock lock(&sched.mu);
@@ -1966,6 +1971,9 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   internal::RuntimeScope scope;
   auto body = [&fn, &done, from_thread, during_exit]() mutable {
     std::move(fn)();
+    // Before the scope, which would call a region left open a goro call
+    // inside it: the same error as for any goroutine (GoroutineMain).
+    internal::FatalIfEndingInsideAMarkedRegion(internal::CurrentGoroutine());
     internal::RuntimeScope scope;
     if (from_thread) {
       // Stop counting as a waiter while this goroutine still runs, so that no

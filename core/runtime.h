@@ -514,6 +514,9 @@ inline void NoteThread() {
 }
 // True on a goroutine (not on g0, not on a plain thread).
 bool OnGoroutine();
+// A goroutine's function has returned: fatal if it left a marked region
+// open (goro::SyscallScope).
+void FatalIfEndingInsideAMarkedRegion(G* g);
 
 // Starts the runtime if it has not started, with `opts` (and the environment).
 void EnsureStarted(const Options& opts);

@@ -284,6 +284,15 @@ TEST(FatalTest, GoroutineEndingInsideAMarkedRegion) {
                GOROUTINE_LINE("goroutine ends inside a marked blocking region"));
 }
 
+// The same for the goroutine Run makes: its end takes a RuntimeScope (to
+// wake the caller), which must not report the open region as a goro call
+// inside it ("goro call inside a marked blocking region"), a call the
+// program never made.
+TEST(FatalTest, RunsGoroutineEndingInsideAMarkedRegion) {
+  EXPECT_DEATH(RunInChild([] { new goro::SyscallScope; }),  // never ended
+               GOROUTINE_LINE("goroutine ends inside a marked blocking region"));
+}
+
 TEST(FatalTest, ExceptionEscapingRunsGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw std::runtime_error("boom from run 42"); }),
                "goroutine [0-9]+: uncaught exception: boom from run 42");
