@@ -579,8 +579,16 @@ bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
   if (sched.async_preemption && BeginPreemptSignal(m, Nanotime(), &word)) {
     // Never signal an M entering a blocking region: EnterSyscall publishes
     // kSyscall and then waits out the signal; we publish the signal and
-    // then look at the status. One of us sees the other.
-    if (p->status.load(std::memory_order_seq_cst) != P::Status::kRunning ||
+    // then look at the status. One of us sees the other - if the status is
+    // that of m's P. m was p's when we loaded it, but sysmon may have been
+    // descheduled since: m may have left p (its goroutine parked, and it
+    // went idle) and be entering a region on another P, whose status we do
+    // not look at. So p must still be m's, in the same slice: m stores
+    // p->m = null before it can take another P, and a region on that P
+    // looks at the signal after that, so either it sees our signal or we
+    // see p->m changed.
+    if (p->m.load(std::memory_order_seq_cst) != m || p->schedtick.load(std::memory_order_seq_cst) != tick ||
+        p->status.load(std::memory_order_seq_cst) != P::Status::kRunning ||
         !StillOnCpu(m, CpuReading{cpu_ns, cpu_wall})) {
       EndPreemptSignal(m, word);
       return true;
