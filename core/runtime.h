@@ -736,9 +736,10 @@ void PrintSchedTrace(int64_t now, bool detail);
 Stack StackAlloc(P* p, int64_t goid);  // goid: named if no stack can be had
 void StackFree(P* p, Stack s);
 // Gives back the pages of stacks that sat unused since the last call, above a
-// high-water mark, and unmaps a surplus (sysmon calls it every 100 ms). With
-// `all`, every idle stack above the mark (sysmon, before it sleeps because
-// every P is idle). Does a bounded batch; returns true if more remains.
+// high-water mark, and unmaps a surplus of whole reservations none of whose
+// stacks is in use (sysmon calls it every 100 ms). With `all`, every idle
+// stack above the mark (sysmon, before it sleeps because every P is idle).
+// Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
 // Stacks reserved and neither cached nor pooled: those of goroutines that
 // have run and not exited, or leaked. For leak tests; exact only while the

@@ -8,7 +8,8 @@
 // without splitting the mapping, so a million guarded stacks stay far below
 // vm.max_map_count (adjacent stacks even merge into one mapping). Where the
 // kernel refuses it, mprotect(PROT_NONE) is used, which splits mappings and so
-// limits the number of live stacks.
+// limits the number of live stacks. Unmapping splits a mapping too: see the
+// end of this comment.
 //
 // Why 64 KiB and not one page: stacks are mapped next to one another, so
 // below each guard is the top of another goroutine's stack. A function whose
@@ -23,8 +24,17 @@
 // Freed stacks go to the P's cache (LIFO, so a hot stack is reused while its
 // pages are still in cache), then to a global pool. Above a high-water mark
 // the global pool gives a stack's pages back (MADV_DONTNEED) before keeping
-// it, and above a larger mark it unmaps the stack altogether.
+// it, and above a larger mark it unmaps reservations of kMapBatch stacks none
+// of which is in use, whole. Never one stack out of a reservation: the
+// reservations merge into one mapping, and a hole between two live stacks
+// splits it in two. Stacks freed between live ones (any churn) once made one
+// hole each, until the process reached vm.max_map_count (65530 mappings) and
+// could map nothing more - no stack, no thread, no large malloc - with
+// gigabytes free. Holes now come only between whole reservations, so there
+// are at most as many as reservations still mapped (one per kMapBatch stacks
+// in use or kept), and a new reservation, being the same size, fills one.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -34,6 +44,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -58,15 +70,42 @@ constexpr size_t kKeepDirty = 64;     // idle stacks kept with their pages
 size_t KeepMapped();
 constexpr size_t kScavengeBatch = 1024;  // stacks per StackScavenge call
 
+// Stacks are mapped kMapBatch at a time (one system call instead of one each;
+// a cold fib(27) with a goroutine per call maps ~23,000), and unmapped only a
+// whole batch at a time (see the opening comment).
+constexpr int kMapBatch = 16;
+static_assert(kMapBatch >= 2 && kMapBatch < 32, "a StackBatch's clean mask is a uint32_t");
+constexpr uint32_t kWholeBatch = (uint32_t{1} << kMapBatch) - 1;
+
+// One reservation of kMapBatch stacks (StackMapBatch), in pool.batches from
+// its mapping until it is unmapped, which happens only while every one of
+// its stacks is in the pool's clean set.
+struct StackBatch {
+  uintptr_t base = 0;  // the low end of its first stack's guard; constant
+  // Guarded by pool.mu. Bit i: stack i is in the pool's clean set.
+  uint32_t clean = 0;
+  // Guarded by pool.mu. Its index in pool.whole if clean == kWholeBatch,
+  // else in pool.partial if clean != 0; -1 if it is in neither.
+  int32_t slot = -1;
+};
+
 // Freed stacks beyond the P caches. `dirty` stacks still have their pages
-// (the newest at the back, reused first); `clean` ones had them given back.
-// `low_water` is the fewest dirty stacks seen since the last scavenge: that
-// many sat unused for the whole interval, so giving back their pages costs
-// nothing that was about to be used.
+// (the newest at the back, reused first); clean ones had them given back,
+// and are kept by batch: `partial` lists the batches some of whose stacks
+// are clean, `whole` those all of whose stacks are. Clean stacks are reused
+// from partial batches first, so that wholly idle ones stay whole and can be
+// unmapped. `batches` has every mapped batch by address, to find a stack's
+// (kept here, not in Stack, since a G's first cache line has no room for it;
+// only the scavenger looks one up). `low_water` is the fewest dirty stacks
+// seen since the last scavenge: that many sat unused for the whole interval,
+// so giving back their pages costs nothing that was about to be used.
 struct StackPool {
   absl::Mutex mu;
   std::deque<Stack> dirty ABSL_GUARDED_BY(mu);
-  std::vector<Stack> clean ABSL_GUARDED_BY(mu);
+  std::vector<StackBatch*> partial ABSL_GUARDED_BY(mu);
+  std::vector<StackBatch*> whole ABSL_GUARDED_BY(mu);
+  std::map<uintptr_t, StackBatch> batches ABSL_GUARDED_BY(mu);
+  size_t clean ABSL_GUARDED_BY(mu) = 0;  // clean stacks, in both lists
   size_t low_water ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -91,13 +130,36 @@ bool MapStackImpliesNoHugePage() {
   return yes;
 }
 
-// Maps kMapBatch stacks in one reservation (one system call instead of one
-// each; a cold fib(27) with a goroutine per call maps ~23,000), installs their
-// guards, and returns them through out[].
-constexpr int kMapBatch = 16;
+// The number of lines in a file under /proc, read through a buffer on the
+// stack (no allocation: the caller may be out of memory); -1 if unreadable.
+long CountProcLines(const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[4096];
+  long n = 0;
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) > 0) n += std::count(buf, buf + r, '\n');
+  close(fd);
+  return r < 0 ? -1 : n;
+}
+
+// The number a /proc file holds, or -1.
+long ReadProcLong(const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[32];
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (r <= 0) return -1;
+  buf[r] = '\0';
+  return strtol(buf, nullptr, 10);
+}
 
 // Names what failed, the sizes and any address-space limit, without
-// allocating (the failure may be the process running out of memory).
+// allocating (the failure may be the process running out of memory). mmap
+// also says ENOMEM when the process has as many mappings as
+// vm.max_map_count allows, with any amount of memory free: that is named
+// when the count of mappings is at the limit.
 [[noreturn]] void FatalStackMap(int64_t goid, int err, size_t total) {
   char limit[96] = "";
   rlimit rl;
@@ -105,9 +167,19 @@ constexpr int kMapBatch = 16;
     snprintf(limit, sizeof limit, "; the address-space limit (RLIMIT_AS, ulimit -v) is %llu bytes",
              static_cast<unsigned long long>(rl.rlim_cur));
   }
+  char maps[128] = "";
+  if (err == ENOMEM) {
+    long max = ReadProcLong("/proc/sys/vm/max_map_count");
+    long n = CountProcLines("/proc/self/maps");
+    // Close to it, not at it: other threads map and unmap meanwhile.
+    if (max > 0 && n >= max - 64) {
+      snprintf(maps, sizeof maps, "; the process has %ld mappings, the limit vm.max_map_count is %ld", n, max);
+    }
+  }
   FatalF("goroutine %lld: cannot allocate a goroutine stack: mmap: %s (errno %d; reserving %d stacks of "
-         "%zu bytes plus a %zu-byte guard each, %zu bytes in all%s)",
-         static_cast<long long>(goid), strerror(err), err, kMapBatch, stack_size, kStackGuardSize, total, limit);
+         "%zu bytes plus a %zu-byte guard each, %zu bytes in all%s%s)",
+         static_cast<long long>(goid), strerror(err), err, kMapBatch, stack_size, kStackGuardSize, total, limit,
+         maps);
 }
 
 // Fills out[] with kMapBatch new stacks; `goid` is the goroutine that needs
@@ -118,6 +190,11 @@ void StackMapBatch(Stack* out, int64_t goid) {
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (base == MAP_FAILED) FatalStackMap(goid, errno, total);
+  {
+    absl::MutexLock lock(&pool.mu);
+    uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    pool.batches.emplace(b, StackBatch{b});
+  }
   stacks_mapped.fetch_add(kMapBatch, std::memory_order_relaxed);
   // Huge pages would turn a one-page stack into two megabytes.
   if (!MapStackImpliesNoHugePage()) madvise(base, total, MADV_NOHUGEPAGE);
@@ -138,6 +215,90 @@ void StackMapBatch(Stack* out, int64_t goid) {
     }
     uintptr_t lo = reinterpret_cast<uintptr_t>(b) + kStackGuardSize;
     out[i] = Stack{lo, lo + stack_size};
+  }
+}
+
+// Stack i of batch b.
+Stack StackOfBatch(const StackBatch* b, int i) {
+  uintptr_t lo = b->base + static_cast<uintptr_t>(i) * (stack_size + kStackGuardSize) + kStackGuardSize;
+  return Stack{lo, lo + stack_size};
+}
+
+// Adds b to, or removes it from, pool.partial or pool.whole (O(1): a
+// removed batch's slot is taken by the list's last).
+void SlotAdd(std::vector<StackBatch*>& list, StackBatch* b) {
+  b->slot = static_cast<int32_t>(list.size());
+  list.push_back(b);
+}
+void SlotRemove(std::vector<StackBatch*>& list, StackBatch* b) {
+  StackBatch* last = list.back();
+  list[b->slot] = last;
+  last->slot = b->slot;
+  list.pop_back();
+  b->slot = -1;
+}
+
+// Adds s, whose pages were given back, to the clean set.
+void CleanPutLocked(Stack s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool.mu) {
+  auto it = pool.batches.upper_bound(s.lo);
+  if (it == pool.batches.begin()) Fatal("CleanPutLocked: a stack of no batch");
+  StackBatch* b = &std::prev(it)->second;
+  uint32_t bit = uint32_t{1} << ((s.lo - kStackGuardSize - b->base) / (stack_size + kStackGuardSize));
+  if ((b->clean & bit) != 0) Fatal("CleanPutLocked: the stack is in the pool twice");
+  if (b->clean == 0) SlotAdd(pool.partial, b);
+  b->clean |= bit;
+  if (b->clean == kWholeBatch) {
+    SlotRemove(pool.partial, b);
+    SlotAdd(pool.whole, b);
+  }
+  ++pool.clean;
+}
+
+// Takes a clean stack (pool.clean > 0): from a batch partly in use if there
+// is one, so that wholly idle batches stay whole.
+Stack CleanGetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool.mu) {
+  StackBatch* b = !pool.partial.empty() ? pool.partial.back() : pool.whole.back();
+  if (b->clean == kWholeBatch) {
+    SlotRemove(pool.whole, b);
+    SlotAdd(pool.partial, b);  // it keeps kMapBatch - 1 >= 1 clean stacks
+  }
+  int i = __builtin_ctz(b->clean);
+  b->clean &= ~(uint32_t{1} << i);
+  if (b->clean == 0) SlotRemove(pool.partial, b);
+  --pool.clean;
+  return StackOfBatch(b, i);
+}
+
+// Unmaps wholly idle batches, taken out of the pool, with one call per run of
+// address-adjacent ones. A run the kernel refuses to unmap (ENOMEM: the hole
+// would split a mapping past vm.max_map_count) goes back to the pool whole,
+// still reserved, its pages given back already.
+void UnmapBatches(std::vector<StackBatch*>& v) {
+  std::sort(v.begin(), v.end(), [](const StackBatch* a, const StackBatch* b) { return a->base < b->base; });
+  const size_t each = (stack_size + kStackGuardSize) * kMapBatch;
+  size_t refused = 0;  // v[0, refused): batches to give back to the pool
+  size_t i = 0;
+  while (i < v.size()) {
+    size_t j = i + 1;
+    while (j < v.size() && v[j]->base == v[j - 1]->base + each) ++j;
+    if (munmap(reinterpret_cast<void*>(v[i]->base), (j - i) * each) == 0) {
+      stacks_mapped.fetch_sub(static_cast<int64_t>((j - i) * kMapBatch), std::memory_order_relaxed);
+      absl::MutexLock lock(&pool.mu);
+      for (size_t k = i; k < j; ++k) pool.batches.erase(v[k]->base);
+    } else if (errno == ENOMEM) {
+      for (size_t k = i; k < j; ++k) v[refused++] = v[k];
+    } else {
+      int err = errno;
+      FatalF("StackScavenge: munmap of %zu idle stack batches: %s (errno %d)", j - i, strerror(err), err);
+    }
+    i = j;
+  }
+  if (refused == 0) return;
+  absl::MutexLock lock(&pool.mu);
+  for (size_t k = 0; k < refused; ++k) {
+    v[k]->clean = kWholeBatch;
+    SlotAdd(pool.whole, v[k]);
+    pool.clean += kMapBatch;
   }
 }
 
@@ -177,9 +338,8 @@ Stack StackAlloc(P* p, int64_t goid) {
       if (!pool.dirty.empty()) {
         p->stack_cache[p->stack_cache_n++] = pool.dirty.back();
         pool.dirty.pop_back();
-      } else if (!pool.clean.empty()) {
-        p->stack_cache[p->stack_cache_n++] = pool.clean.back();
-        pool.clean.pop_back();
+      } else if (pool.clean > 0) {
+        p->stack_cache[p->stack_cache_n++] = CleanGetLocked();
       } else {
         break;
       }
@@ -215,13 +375,14 @@ int64_t StacksInUse() {
   for (P* p : sched.allp) idle += __atomic_load_n(&p->stack_cache_n, __ATOMIC_RELAXED);
   {
     absl::MutexLock lock(&pool.mu);
-    idle += static_cast<int64_t>(pool.dirty.size() + pool.clean.size());
+    idle += static_cast<int64_t>(pool.dirty.size() + pool.clean);
   }
   return stacks_mapped.load(std::memory_order_relaxed) - idle;
 }
 
 bool StackScavenge(bool all) {
-  std::vector<Stack> release, unmap;
+  std::vector<Stack> release;
+  std::vector<StackBatch*> unmap;
   bool more;
   {
     absl::MutexLock lock(&pool.mu);
@@ -229,17 +390,9 @@ bool StackScavenge(bool all) {
     size_t idle = unused > kKeepDirty ? unused - kKeepDirty : 0;
     more = idle > kScavengeBatch;
     idle = std::min(idle, kScavengeBatch);
-    size_t clean = pool.clean.size();
     for (size_t i = 0; i < idle && !pool.dirty.empty(); ++i) {
-      Stack x = pool.dirty.front();  // the oldest
+      release.push_back(pool.dirty.front());  // the oldest
       pool.dirty.pop_front();
-      // Keep up to KeepMapped() clean stacks reserved (pages given back);
-      // unmap the rest, which gives their pages back too.
-      if (clean + release.size() < KeepMapped()) {
-        release.push_back(x);
-      } else {
-        unmap.push_back(x);
-      }
     }
     // What was not looked at stays counted as idle; the rest is measured anew.
     pool.low_water = std::min(unused - idle, pool.dirty.size());
@@ -248,12 +401,21 @@ bool StackScavenge(bool all) {
   // run (guards included) with one call, since every call costs a TLB
   // shoot-down on every CPU the process runs on.
   ForEachRun(release, [](uintptr_t b, size_t len) { madvise(reinterpret_cast<void*>(b), len, MADV_DONTNEED); });
-  ForEachRun(unmap, [](uintptr_t b, size_t len) { munmap(reinterpret_cast<void*>(b), len); });
-  stacks_mapped.fetch_sub(static_cast<int64_t>(unmap.size()), std::memory_order_relaxed);
-  if (!release.empty()) {
+  {
     absl::MutexLock lock(&pool.mu);
-    for (Stack x : release) pool.clean.push_back(x);
+    for (Stack x : release) CleanPutLocked(x);
+    // Keep up to KeepMapped() clean stacks reserved; above that, unmap
+    // batches none of whose stacks is in use, a bounded number per call.
+    while (pool.clean > KeepMapped() && !pool.whole.empty() && unmap.size() < kScavengeBatch / kMapBatch) {
+      StackBatch* b = pool.whole.back();
+      SlotRemove(pool.whole, b);
+      b->clean = 0;
+      pool.clean -= kMapBatch;
+      unmap.push_back(b);
+    }
+    more = more || (pool.clean > KeepMapped() && !pool.whole.empty());
   }
+  if (!unmap.empty()) UnmapBatches(unmap);
   return more;
 }
 
