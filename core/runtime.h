@@ -741,6 +741,10 @@ void StackFree(P* p, Stack s);
 // stack above the mark (sysmon, before it sleeps because every P is idle).
 // Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
+// Moves the stack caches of the Ps on the idle list to the global pool,
+// where StackScavenge gives their pages back once they stay unused (sysmon,
+// before each scavenge). Takes sched.mu.
+void StackFlushIdleCaches();
 // Stacks reserved and neither cached nor pooled: those of goroutines that
 // have run and not exited, or leaked. For leak tests; exact only while the
 // runtime is quiet (and sysmon is not between the two halves of a

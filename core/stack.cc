@@ -22,7 +22,9 @@
 // stack instead of 2.0); no RSS and no extra mappings.
 //
 // Freed stacks go to the P's cache (LIFO, so a hot stack is reused while its
-// pages are still in cache), then to a global pool. Above a high-water mark
+// pages are still in cache), then to a global pool; sysmon moves the caches
+// of idle Ps to the pool (StackFlushIdleCaches), so that no idle stack keeps
+// its pages for ever (a P's cache holds up to 64). Above a high-water mark
 // the global pool gives a stack's pages back (MADV_DONTNEED) before keeping
 // it, and above a larger mark it unmaps reservations of kMapBatch stacks none
 // of which is in use, whole. Never one stack out of a reservation: the
@@ -52,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "goro/preempt.h"
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
@@ -61,7 +64,13 @@ namespace goro::internal {
 
 namespace {
 
-constexpr size_t kKeepDirty = 64;     // idle stacks kept with their pages
+// Idle stacks kept with their pages (StackScavenge): at most 64, and at most
+// 16 MiB of reservation, since a stack's touched pages are not known and may
+// be all of it (64 deep 8 MiB stacks were half a gigabyte kept for ever).
+// Set by StackInitGlobal.
+constexpr size_t kKeepDirtyMax = 64;
+constexpr size_t kKeepDirtyBytes = size_t{16} << 20;
+size_t keep_dirty = kKeepDirtyMax;
 // Idle stacks kept reserved at all (their pages given back: no RSS, only
 // address space and page-table pages). Generous where guards do not split
 // mappings, since re-mapping costs three system calls and page faults per
@@ -326,6 +335,7 @@ void StackInitGlobal(size_t size) {
   page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (kStackGuardSize % page_size != 0) Fatal("StackInitGlobal: the stack guard is not a whole number of pages");
   stack_size = (size + page_size - 1) & ~(page_size - 1);
+  keep_dirty = std::min(kKeepDirtyMax, kKeepDirtyBytes / stack_size);
 }
 
 Stack StackAlloc(P* p, int64_t goid) {
@@ -369,7 +379,22 @@ void StackFree(P* p, Stack s) {
   p->stack_cache_n = keep;
 }
 
+void StackFlushIdleCaches() {
+  // A P on the idle list has no owner, and only PidleGetLocked, under
+  // sched.mu, gives it one. The owner's last writes to its cache came before
+  // PidlePutLocked (under sched.mu); the next owner's first come after.
+  absl::MutexLock lock(&sched.mu);
+  if (sched.pidle == nullptr) return;
+  absl::MutexLock pool_lock(&pool.mu);
+  for (P* p = sched.pidle; p != nullptr; p = p->link) {
+    // Oldest first: the cache's top (its hottest) ends up the pool's newest.
+    for (int i = 0; i < p->stack_cache_n; ++i) pool.dirty.push_back(p->stack_cache[i]);
+    __atomic_store_n(&p->stack_cache_n, 0, __ATOMIC_RELAXED);  // StacksInUse reads it racily
+  }
+}
+
 int64_t StacksInUse() {
+  NoPreemptScope no_preempt;  // see StackScavenge
   int64_t idle = 0;
   // The P caches belong to their Ps: racy reads, exact when all are idle.
   for (P* p : sched.allp) idle += __atomic_load_n(&p->stack_cache_n, __ATOMIC_RELAXED);
@@ -381,13 +406,19 @@ int64_t StacksInUse() {
 }
 
 bool StackScavenge(bool all) {
+  // Sysmon calls it, and tests from goroutines: a goroutine preempted while
+  // it holds pool.mu would park with it held, and leave its thread holding
+  // it to Abseil's deadlock detector, which then sees sched.mu taken under
+  // it on g0. (Not a RuntimeScope: on sysmon's thread, which has no M, that
+  // would make it a plain thread's stand-in G.)
+  NoPreemptScope no_preempt;
   std::vector<Stack> release;
   std::vector<StackBatch*> unmap;
   bool more;
   {
     absl::MutexLock lock(&pool.mu);
     size_t unused = all ? pool.dirty.size() : pool.low_water;
-    size_t idle = unused > kKeepDirty ? unused - kKeepDirty : 0;
+    size_t idle = unused > keep_dirty ? unused - keep_dirty : 0;
     more = idle > kScavengeBatch;
     idle = std::min(idle, kScavengeBatch);
     for (size_t i = 0; i < idle && !pool.dirty.empty(); ++i) {

@@ -322,11 +322,17 @@ void SysmonLoop() {
       PrintSchedTrace(now, sched.scheddetail);
       next_trace += trace_every * ((now - next_trace) / trace_every + 1);
     }
+    // Idle Ps' stack caches go to the pool first: its scavenger gives back
+    // their pages once they stay unused (every one above a small budget
+    // when no P runs), which a P's cache alone never does.
     if (int64_t now = Nanotime(); now >= next_scavenge) {
+      StackFlushIdleCaches();
       bool more = StackScavenge();
       next_scavenge = now + (more ? kScavengeBacklogNs : kScavengePeriodNs);
     }
-    if (AllPsIdle() && StackScavenge(/*all=*/true)) {
+    const bool all_idle = AllPsIdle();
+    if (all_idle) StackFlushIdleCaches();
+    if (all_idle && StackScavenge(/*all=*/true)) {
       // What is idle now stays idle while we sleep; a backlog is worked off
       // in batches, so that sysmon never stops for long.
       sched.sysmon_note.SleepUntil(Nanotime() + kScavengeBacklogNs);

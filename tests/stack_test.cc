@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -381,6 +382,63 @@ TEST(StackTest, PointersIntoAParkedStackStayValid) {
     wg.Wait();
     EXPECT_EQ(seen.load(), 1234);
   });
+}
+
+// Idle stacks give their pages back. 300 goroutines each write 768 KiB of
+// their stack, park, and exit; once every P is idle, sysmon must give back the
+// pages of all idle stacks but a few (at most 16 MiB of reservation). Fails if
+// RSS stays 32 MiB or more above where it was before the goroutines started
+// (polled for 20 s): the stacks in the Ps' caches (up to 64 each) and 64 more
+// in the pool kept their pages for ever. Checked by hand: without the fix RSS
+// stayed 127 MiB above; with it, 6 to 12 MiB.
+
+__attribute__((noinline)) void WriteStack(size_t bytes) {
+  char* buf = static_cast<char*>(alloca(bytes));
+  memset(buf, 1, bytes);
+  asm volatile("" : : "r"(buf) : "memory");
+}
+
+int64_t RssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return strtoll(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+TEST(StackTest, IdleStacksGiveTheirPagesBack) {
+  SKIP_UNDER_MEMORY_SANITIZER("RSS measurements");
+  goro_test::StartRuntime();
+  const int64_t before = RssKiB();
+  RunBounded([] {
+    constexpr int kGoroutines = 300;
+    goro::Chan<int> gate;
+    goro::WaitGroup written, done;
+    written.Add(kGoroutines);
+    done.Add(kGoroutines);
+    for (int i = 0; i < kGoroutines; ++i) {
+      goro::Go([&] {
+        WriteStack(768 * 1024);
+        written.Done();
+        gate.Recv();  // all of them hold their stacks at once
+        done.Done();
+      });
+    }
+    written.Wait();
+    gate.Close();
+    done.Wait();
+  });
+  int64_t after = -1;
+  bool fell = goro_test::Eventually(
+      [&] {
+        after = RssKiB();
+        return after - before < 32 * 1024;
+      },
+      absl::Seconds(20));
+  fprintf(stderr, "RSS %lld KiB before, %lld KiB once idle\n", static_cast<long long>(before),
+          static_cast<long long>(after));
+  EXPECT_TRUE(fell) << "idle stacks kept " << (after - before) / 1024 << " MiB of pages";
 }
 
 // ---------------------------------------------------------------------------
