@@ -1838,8 +1838,20 @@ int UsableCpus() {
 
 }  // namespace
 
+volatile sig_atomic_t in_forked_child = 0;
+
+[[noreturn, gnu::cold, gnu::noinline]] void FatalInForkedChild() {
+  Fatal("goro call in a child forked without exec: the runtime's threads did not survive fork, "
+        "so no goroutine can run here");
+}
+
 void EnsureStarted(const Options& opts) {
-  if (sched.started.load(std::memory_order_acquire)) return;
+  if (sched.started.load(std::memory_order_acquire)) [[likely]] {
+    // Its copy of the scheduler has no Ms and no sysmon: a Run would wait
+    // for ever, a goroutine never run.
+    if (in_forked_child) [[unlikely]] FatalInForkedChild();
+    return;
+  }
   static absl::Mutex start_mu(absl::kConstInit);
   absl::MutexLock lock(&start_mu);
   if (sched.started.load(std::memory_order_relaxed)) return;
@@ -1862,6 +1874,7 @@ void EnsureStarted(const Options& opts) {
   sched.preempt_signal = o.preempt_signal;
   sched.start_time = Nanotime();
   std::atexit([] { sched.exiting.store(true, std::memory_order_release); });
+  pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
   sched.schedtrace_ns = env.schedtrace_ms * 1000 * 1000;
   sched.scheddetail = env.scheddetail;
   const arch::CpuInfo& cpu = arch::ProbeCpu();

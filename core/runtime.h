@@ -519,7 +519,15 @@ bool OnGoroutine();
 void FatalIfEndingInsideAMarkedRegion(G* g);
 
 // Starts the runtime if it has not started, with `opts` (and the environment).
+// In a child forked without exec from a process whose runtime had started,
+// a fatal error: the child has none of the runtime's threads.
 void EnsureStarted(const Options& opts);
+// Set in a child of fork() of a process whose runtime has started (a
+// pthread_atfork child handler installed by EnsureStarted), where no
+// scheduler runs and the runtime's threads do not exist. Read by signal
+// handlers. posix_spawn's and system()'s children are made without the
+// atfork handlers, but keep signals blocked until exec.
+extern volatile sig_atomic_t in_forked_child;
 
 // Parks the current goroutine (or plain thread): after its context is saved,
 // commit(g, arg) runs on g0; if it returns false the goroutine resumes at once.

@@ -792,6 +792,10 @@ void StartFromEnvironment() {
     return;
   }
   std::atexit([] {
+    // A child forked without exec that calls exit() (after a failed exec,
+    // say) shares the file's descriptor and offset: its closing records
+    // went into the parent's trace, after which that was no longer JSON.
+    if (in_forked_child) return;
     // exit() may run on a goroutine: keep it on this thread while it holds
     // the trace's absl::Mutexes (see goro::trace::Stop).
     NoPreemptScope no_preempt;

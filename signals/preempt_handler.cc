@@ -62,11 +62,9 @@ namespace {
 struct sigaction previous_preempt;
 int preempt_sig = 0;
 pid_t our_pid = 0;  // the process that installed the handler (a forked child is not it)
-// Set in a child of fork() (pthread_atfork), where no scheduler runs. A
-// flag rather than getpid() in the handler: that is a system call (glibc
-// caches no pid) on every preemption. posix_spawn's and system()'s children
-// are made without the atfork handlers, but keep signals blocked until exec.
-volatile sig_atomic_t in_forked_child = 0;
+// A forked child is told by in_forked_child (core/runtime.h), a flag rather
+// than getpid() in the handler: that is a system call (glibc caches no pid)
+// on every preemption.
 
 // Room the trampoline needs below the red zone: return address, flags and 15
 // registers, alignment, the XSAVE area, and the frames of the C++ it calls.
@@ -165,7 +163,6 @@ bool PreemptHandlerInstalled() {
 void InstallPreemptHandler(int sig) {
   preempt_sig = sig;
   our_pid = getpid();
-  pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = PreemptHandler;

@@ -1276,4 +1276,52 @@ TEST(RobustTest, ForkedChildWithoutExecLeavesSigurgToTheProgram) {
   EXPECT_EXIT(ForkedChildLeavesSigurgToTheProgramChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// goro::Run or goro::Go in a child forked without exec from a process whose
+// runtime runs: the child has a copy of the scheduler but none of its
+// threads, so a Run waited for ever and a goroutine never ran. It must be one
+// fatal line and abort. The forked child's stderr is the death test's; the
+// death test's process waits up to 10 s for it and exits 0 only if it died
+// of SIGABRT. Fails without the check in EnsureStarted: the child hangs, is
+// killed, and its fatal line is missing.
+[[noreturn]] void GoroCallInForkedChild(bool run) {
+  goro_test::Watchdog dog(absl::Seconds(60), "a goro call in a forked child");
+  goro::Run([] {}, goro_test::TestOptions());
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (run) {
+      goro::Run([] { fprintf(stderr, "the Run's goroutine ran\n"); });
+    } else {
+      goro::Go([] { fprintf(stderr, "the goroutine ran\n"); });
+      sleep(20);
+    }
+    _exit(3);
+  }
+  CHILD_CHECK(pid > 0, "fork: %s", strerror(errno));
+  auto start = Now();
+  int status = -1;
+  while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+    if (Since(start) > absl::Seconds(10)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(1000);
+  }
+  CHILD_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the forked child %s",
+              StatusText(status).c_str());
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, RunInAForkedChildIsOneFatalLine) {
+  EXPECT_EXIT(GoroCallInForkedChild(/*run=*/true), ::testing::ExitedWithCode(0),
+              OneFatalLine("goro call in a child forked without exec: the runtime's threads did not "
+                           "survive fork, so no goroutine can run here"));
+}
+
+TEST(RobustTest, GoInAForkedChildIsOneFatalLine) {
+  EXPECT_EXIT(GoroCallInForkedChild(/*run=*/false), ::testing::ExitedWithCode(0),
+              OneFatalLine("goro call in a child forked without exec: the runtime's threads did not "
+                           "survive fork, so no goroutine can run here"));
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 #include "goro/trace.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "goro/goro.h"
+#include "goro/syscall.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -659,6 +661,39 @@ TEST(TraceTest, GorotraceTracesTheWholeProgram) {
   // The Run goroutine may still be finishing when the main thread exits.
   EXPECT_GE(exits, 10);
   EXPECT_LE(exits, 11);
+  unlink(path.c_str());
+}
+
+// A child forked without exec that calls exit() (as after a failed exec)
+// runs the atexit handlers it inherited, GOROTRACE's among them, and shares
+// the trace file's descriptor and offset. Fails if the trace is not valid
+// JSON: the child wrote its "trace stopped" record and the closing bracket
+// into the parent's file, before the parent's own.
+void ForkExitWithGorotraceChild(const std::string& path) {
+  setenv("GOROTRACE", path.c_str(), 1);
+  goro::Options opts = goro_test::TestOptions();
+  goro::Run(
+      [] {
+        pid_t pid = fork();
+        if (pid == 0) {
+          execl("/nonexistent-goro-dir/program", "program", static_cast<char*>(nullptr));
+          exit(127);
+        }
+        int status = 0;
+        goro::Syscall([&] { return waitpid(pid, &status, 0); });
+        CHILD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 127, "the forked child's status %d", status);
+      },
+      opts);
+  exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(TraceTest, GorotraceSurvivesAForkedChildsExit) {
+  const char* inherited = getenv("GORO_TRACE_TEST_PATH");
+  const std::string path = inherited != nullptr ? inherited : TempPath("fork");
+  setenv("GORO_TRACE_TEST_PATH", path.c_str(), 1);
+  EXPECT_EXIT(ForkExitWithGorotraceChild(path), ::testing::ExitedWithCode(0), "");
+  Trace t = LoadTrace(path);
+  EXPECT_EQ(t.Named("trace stopped").size(), 1u);
   unlink(path.c_str());
 }
 
