@@ -120,11 +120,25 @@ EnvSettings ReadEnvironment() {
 
 namespace {
 
-// Why `sig` cannot be the preemption signal, or "" if it can.
+// Why `sig` cannot be the preemption signal, or "" if it can. It can be a
+// signal with no meaning of its own: SIGURG and SIGWINCH (ignored by
+// default), SIGUSR1 and SIGUSR2, or a real-time signal. Not one that the
+// system, the terminal or other programs send for a purpose: goro's handler
+// would stand between the signal and what it is for (SIGINT and SIGTERM
+// were accepted, and Ctrl-C and kill then did nothing), and a handler the
+// program installs for it later would replace goro's. A foreign signal of an
+// accepted kind goes to the program's previous handler, or gets its default
+// action (signals/preempt_handler.cc).
 std::string PreemptSignalProblem(int sig) {
   if (sig < 1 || sig > SIGRTMAX) return absl::StrCat("not a signal number (1 to ", SIGRTMAX, ")");
   if (sig > 31 && sig < SIGRTMIN) return "glibc uses it for its threads";
+  if (sig >= SIGRTMIN) return "";
   switch (sig) {
+    case SIGURG:
+    case SIGWINCH:
+    case SIGUSR1:
+    case SIGUSR2:
+      return "";
     case SIGKILL:
     case SIGSTOP:
       return "it cannot be caught";
@@ -137,8 +151,25 @@ std::string PreemptSignalProblem(int sig) {
       return "goro reports crashes with it";
     case SIGQUIT:
       return "goro's goroutine dump uses it";
-    default:
-      return "";
+    case SIGHUP:
+    case SIGINT:
+    case SIGTERM:
+      return "it asks the process to end (the terminal, the shell and kill send it)";
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+    case SIGCONT:
+      return "job control uses it";
+    case SIGCHLD:
+      return "the kernel reports child processes with it";
+    case SIGPIPE:
+      return "a write to a closed pipe or socket raises it";
+    case SIGALRM:
+    case SIGVTALRM:
+    case SIGPROF:
+      return "timers send it (alarm, setitimer, profilers)";
+    default:  // SIGIO, SIGXCPU, SIGXFSZ, SIGSYS, SIGPWR, SIGSTKFLT
+      return "the kernel sends it for its own purpose";
   }
 }
 
@@ -158,7 +189,8 @@ Options CheckOptions(Options opts) {
   if (std::string why = PreemptSignalProblem(opts.preempt_signal); !why.empty()) {
     const char* name = opts.preempt_signal > 0 && opts.preempt_signal < NSIG ? sigabbrev_np(opts.preempt_signal) : nullptr;
     Fatal(absl::StrCat("Options::preempt_signal=", opts.preempt_signal, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "",
-                       ": ", why, "; want a signal nothing else in the process uses, such as SIGURG (23, the default)"));
+                       ": ", why, "; want a signal nothing else in the process uses, such as SIGURG (23, the default), "
+                       "SIGUSR1, SIGUSR2 or a real-time signal"));
   }
   if (opts.max_procs < 0) {
     Warn(absl::StrCat("ignoring Options::max_procs=", opts.max_procs, ": want 0 (the default) or 1 to ",

@@ -3,6 +3,7 @@
 #define GORO_SIGNALS_FORWARD_H_
 
 #include <signal.h>
+#include <unistd.h>
 
 namespace goro::internal {
 
@@ -19,6 +20,39 @@ inline bool CallPreviousHandler(const struct sigaction& prev, int sig, siginfo_t
     prev.sa_handler(sig);
   }
   return true;
+}
+
+// Whether the default action (SIG_DFL) of `sig` ends the process: of every
+// signal but those it ignores (SIGCHLD, SIGURG, SIGWINCH), SIGCONT and the
+// stop signals (signal(7)). Async-signal-safe.
+inline bool DefaultActionEndsProcess(int sig) {
+  switch (sig) {
+    case SIGCHLD:
+    case SIGURG:
+    case SIGWINCH:
+    case SIGCONT:
+    case SIGSTOP:
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Ends the process by `sig`'s default action, from inside a handler for it
+// (as Go's dieFromSignal): SIG_DFL, the signal unblocked on this thread, and
+// sent to it again. Async-signal-safe. For a signal whose default action
+// ends the process.
+[[noreturn]] inline void DieFromSignal(int sig) {
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  _exit(2);  // not reached
 }
 
 }  // namespace goro::internal

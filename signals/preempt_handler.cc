@@ -71,10 +71,14 @@ pid_t our_pid = 0;  // the process that installed the handler (a forked child is
 uintptr_t TrampolineRoom() { return 8 + 8 + 15 * 8 + 64 + goro_xsave_size + 2048; }
 
 void ForwardPreempt(int sig, siginfo_t* info, void* uctx) {
-  // With no handler to call: SIG_DFL of SIGURG is to ignore it; for another
-  // signal chosen by the user there is nothing sensible to do but ignore a
-  // stray one too.
-  CallPreviousHandler(previous_preempt, sig, info, uctx);
+  if (CallPreviousHandler(previous_preempt, sig, info, uctx)) return;
+  // No handler: SIG_IGN, or SIG_DFL, whose action is done here. For SIGURG
+  // (and SIGWINCH) that is to ignore it; for the other signals
+  // Options::preempt_signal may be (SIGUSR1, SIGUSR2, real-time signals:
+  // core/env.cc) it is to end the process. Dropping those too made a
+  // kill -USR2 (or, when SIGINT and SIGTERM were accepted, a Ctrl-C and a
+  // kill) do nothing at all.
+  if (previous_preempt.sa_handler == SIG_DFL && DefaultActionEndsProcess(sig)) DieFromSignal(sig);
 }
 
 void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {

@@ -79,15 +79,8 @@ void ForwardSignal(int sig, siginfo_t* info, void* uctx, const struct sigaction&
   if (!IsFault(info)) {
     if (prev.sa_handler == SIG_IGN) return;  // sent, and the program ignores it
     // Sent by a program (raise(SIGSEGV), kill -SEGV): returning would not
-    // send it again. Die by it now, as Go's dieFromSignal does: the default
-    // action on this thread, the signal unblocked.
-    signal(sig, SIG_DFL);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, sig);
-    sigprocmask(SIG_UNBLOCK, &set, nullptr);
-    raise(sig);
-    _exit(2);  // not reached: the default action of SIGSEGV and SIGBUS ends the process
+    // send it again. Die by it now, as Go's dieFromSignal does.
+    DieFromSignal(sig);
   }
   // A fault: restore the default action and return, so the faulting
   // instruction runs again and the kernel kills the process with the right

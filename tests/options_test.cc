@@ -48,7 +48,8 @@ goro::Options WithPreemptSignal(int sig) {
 TEST(OptionsTest, UnusablePreemptSignalIsAFatalErrorNamingIt) {
   EXPECT_DEATH(StartWith(WithPreemptSignal(0)),
                "fatal error: Options::preempt_signal=0: not a signal number \\(1 to 64\\); want a signal nothing "
-               "else in the process uses, such as SIGURG \\(23, the default\\)");
+               "else in the process uses, such as SIGURG \\(23, the default\\), SIGUSR1, SIGUSR2 or a real-time "
+               "signal");
   EXPECT_DEATH(StartWith(WithPreemptSignal(100)), "fatal error: Options::preempt_signal=100: not a signal number");
   EXPECT_DEATH(StartWith(WithPreemptSignal(SIGKILL)),
                "fatal error: Options::preempt_signal=9 \\(SIGKILL\\): it cannot be caught");
@@ -59,6 +60,31 @@ TEST(OptionsTest, UnusablePreemptSignalIsAFatalErrorNamingIt) {
   EXPECT_DEATH(StartWith(WithPreemptSignal(32)), "fatal error: Options::preempt_signal=32: glibc uses it");
 }
 
+// A signal the system, the terminal or other programs send for a purpose
+// was accepted: with SIGINT or SIGTERM, Ctrl-C and kill then did nothing (a
+// foreign one found SIG_DFL before goro's handler and was dropped), and a
+// handler the program installed for it would have replaced goro's. Each must
+// be refused in one line naming the signal and why.
+TEST(OptionsTest, PreemptSignalWithAPurposeIsAFatalErrorNamingIt) {
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGINT)),
+               "fatal error: Options::preempt_signal=2 \\(SIGINT\\): it asks the process to end \\(the terminal, "
+               "the shell and kill send it\\); want a signal nothing else in the process uses");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGTERM)),
+               "fatal error: Options::preempt_signal=15 \\(SIGTERM\\): it asks the process to end");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGHUP)),
+               "fatal error: Options::preempt_signal=1 \\(SIGHUP\\): it asks the process to end");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGCHLD)),
+               "fatal error: Options::preempt_signal=17 \\(SIGCHLD\\): the kernel reports child processes with it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGTSTP)),
+               "fatal error: Options::preempt_signal=20 \\(SIGTSTP\\): job control uses it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGPIPE)),
+               "fatal error: Options::preempt_signal=13 \\(SIGPIPE\\): a write to a closed pipe or socket raises it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGALRM)),
+               "fatal error: Options::preempt_signal=14 \\(SIGALRM\\): timers send it");
+  EXPECT_DEATH(StartWith(WithPreemptSignal(SIGXCPU)),
+               "fatal error: Options::preempt_signal=24 \\(SIGXCPU\\): the kernel sends it for its own purpose");
+}
+
 // Another signal works (a program that has its own use for SIGURG).
 TEST(OptionsTest, AnotherPreemptSignalWorks) {
   EXPECT_EXIT(
@@ -67,6 +93,15 @@ TEST(OptionsTest, AnotherPreemptSignalWorks) {
         _exit(0);
       },
       ::testing::ExitedWithCode(0), "");
+  for (int sig : {SIGUSR1, SIGUSR2, SIGWINCH}) {
+    EXPECT_EXIT(
+        {
+          StartWith(WithPreemptSignal(sig));
+          _exit(0);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << "signal " << sig;
+  }
 }
 
 // SIZE_MAX once wrapped to 0 in the page rounding: every stack was empty and

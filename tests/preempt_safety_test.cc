@@ -1164,6 +1164,31 @@ TEST(PreemptSafetyTest, SigmaskWrapperNotesTheMaskOnTheMItRead) {
   EXPECT_CHILD_OK(MaskNoteChild());
 }
 
+// The preemption signal sent by someone else (kill), with no handler of the
+// program's before goro's: it must do what it does without goro. For SIGUSR2
+// and a real-time signal that is to end the process. Fails (the child
+// exits 0) if the handler drops it, as it did whatever the signal.
+[[noreturn]] void ForeignPreemptSignalChild(int sig) {
+  goro_test::Watchdog dog(absl::Seconds(25), "a foreign preemption signal");
+  goro::Options opts = Opts(1, absl::Milliseconds(10));
+  opts.preempt_signal = sig;
+  goro::Run(
+      [sig] {
+        kill(getpid(), sig);
+        goro::SleepFor(absl::Milliseconds(500));
+      },
+      opts);
+  _exit(0);
+}
+
+TEST(PreemptSafetyTest, ForeignPreemptSignalGetsItsDefaultAction) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_EXIT(ForeignPreemptSignalChild(SIGUSR2), ::testing::KilledBySignal(SIGUSR2), "");
+  EXPECT_EXIT(ForeignPreemptSignalChild(SIGRTMIN + 2), ::testing::KilledBySignal(SIGRTMIN + 2), "");
+  // SIGURG's default action is to ignore it.
+  EXPECT_EXIT(ForeignPreemptSignalChild(SIGURG), ::testing::ExitedWithCode(0), "");
+}
+
 // ---------------------------------------------------------------------------
 // A child started with fork()+exec() (or posix_spawn) from a goroutine,
 // while preemption signals fly, starts with the default signal state.

@@ -51,7 +51,13 @@ struct Options {
   // larger one is a fatal error).
   size_t stack_size = size_t{1} << 20;
   // The signal sysmon sends to interrupt a goroutine (Go uses SIGURG). Change
-  // it only where another runtime in the process already owns SIGURG.
+  // it only where another runtime in the process already owns SIGURG. It must
+  // be a signal with no purpose of its own: SIGURG, SIGWINCH, SIGUSR1, SIGUSR2
+  // or a real-time signal (SIGRTMIN to SIGRTMAX); any other is a fatal error
+  // at start-up naming it (SIGINT or SIGTERM would no longer end the process).
+  // Someone else's signal of that number goes to the handler installed
+  // before goro's, or gets its default action (for SIGUSR1, SIGUSR2 and
+  // real-time signals, the end of the process).
   int preempt_signal = 23;  // SIGURG on Linux
 };
 
