@@ -158,6 +158,7 @@
 #include "core/env.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/sema.h"
 #include "core/trace.h"
 #include "goro/preempt.h"
 #include "goro/sync.h"
@@ -1968,8 +1969,12 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
   internal::WarnIgnoredOptions(opts, sched.start_opts, sched.opts);
   bool from_thread = !internal::OnGoroutine();
   bool during_exit = false;  // begun once exit() had (see CheckDeadLocked)
-  WaitGroup done;
-  done.Add(1);
+  // A semaphore, not a WaitGroup, so that the caller waits with its own
+  // reason: a dump shows "[goro.Run]" (it showed "[sync.WaitGroup.Wait]").
+  // The release does not touch it once the acquire has returned (sema.h),
+  // so it may live on this stack.
+  std::atomic<uint32_t> done{0};
+  internal::SemaQueue done_waiters;
   if (from_thread) {
     // Known and awake before it counts as a waiter: until its goroutine is on
     // a queue, it is the only sign that anything is about to happen.
@@ -1982,7 +1987,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     }
   }
   internal::RuntimeScope scope;
-  auto body = [&fn, &done, from_thread, during_exit]() mutable {
+  auto body = [&fn, &done, &done_waiters, from_thread, during_exit]() mutable {
     std::move(fn)();
     // Before the scope, which would call a region left open a goro call
     // inside it: the same error as for any goroutine (GoroutineMain).
@@ -1995,10 +2000,10 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
       sched.run_waiters--;
       if (during_exit) sched.exit_run_waiters--;
     }
-    done.Done();
+    internal::SemRelease(&done, &done_waiters, false);
   };
   internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);
-  done.Wait();
+  internal::SemAcquire(&done, &done_waiters, false, internal::WaitReason::kRunWait);
 }
 
 void Yield() {

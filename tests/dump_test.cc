@@ -163,6 +163,50 @@ TEST(DumpTest, ListsBlockedGoroutinesWithWhatTheyWaitFor) {
   EXPECT_NE(dump.find("[running]"), std::string::npos) << "the dumping goroutine is not listed:\n" << dump;
 }
 
+// A goroutine that calls goro::Run waits for Run's goroutine as "goro.Run",
+// and a WaitGroup waiter as "sync.WaitGroup.Wait". Fails if Run waits on a
+// WaitGroup inside (as it did: the dump said "[sync.WaitGroup.Wait]" for it).
+TEST(DumpTest, NestedRunWaitsAsGoroRun) {
+  std::string dump;
+  std::atomic<int64_t> runner_id{0}, wg_id{0};
+  goro_test::RunBounded([&] {
+    goro::Chan<int> never;
+    goro::WaitGroup parked, blocker;
+    parked.Add(2);
+    blocker.Add(1);
+    goro::Go([never, &runner_id, &parked]() mutable {
+      runner_id = goro::GoroutineId();
+      goro::Run([never, &parked]() mutable {
+        parked.Done();
+        never.Recv();
+      });
+    });
+    goro::Go([&wg_id, &parked, &blocker] {
+      wg_id = goro::GoroutineId();
+      parked.Done();
+      blocker.Wait();
+    });
+    parked.Wait();
+    // Until both wait (a fixed sleep is not enough on a loaded machine).
+    for (int i = 0; i < 10000; ++i) {
+      std::ostringstream out;
+      goro::DumpGoroutines(out);
+      dump = out.str();
+      if (dump.find(absl::StrCat("goroutine ", wg_id.load(), " [sync.WaitGroup.Wait")) != std::string::npos &&
+          dump.find(absl::StrCat("goroutine ", runner_id.load(), " [running]")) == std::string::npos &&
+          dump.find(absl::StrCat("goroutine ", runner_id.load(), " [runnable]")) == std::string::npos) {
+        break;
+      }
+      goro::SleepFor(absl::Milliseconds(1));
+    }
+    never.Close();  // ends the nested Run
+    blocker.Done();
+  });
+  EXPECT_NE(dump.find(absl::StrCat("goroutine ", runner_id.load(), " [goro.Run")), std::string::npos) << dump;
+  EXPECT_NE(dump.find(absl::StrCat("goroutine ", wg_id.load(), " [sync.WaitGroup.Wait")), std::string::npos)
+      << dump;
+}
+
 [[noreturn]] void QuitWithBlockedGoroutine() {
   goro_test::StartRuntime();
   goro::Chan<int> never;
