@@ -702,8 +702,14 @@ void OnTrap(int, siginfo_t*, void* uctx) {
   if (fn == probe.trampoline_fn && op == 0xC2) probe.trampoline_rets.fetch_add(1, std::memory_order_relaxed);  // ret $n
 }
 
-// Single-steps the calling thread from here on, until probe.stop.
-void StepThisThread() { __builtin_ia32_writeeflags_u64(__builtin_ia32_readeflags_u64() | kTrapFlag); }
+// Single-steps the calling thread from here on, until probe.stop. Not inlined,
+// and with a frame pointer: GCC's pushf/pop for the eflags builtins carry no
+// unwind info, so with the CFA kept in %rsp a walk from a preemption that
+// landed between them went wrong (the test failed in about 1 run of 8, on
+// the test's own code). Based on %rbp, the CFA is right there too.
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) void StepThisThread() {
+  __builtin_ia32_writeeflags_u64(__builtin_ia32_readeflags_u64() | kTrapFlag);
+}
 
 [[noreturn]] void UnwindEverywhereChild() {
   constexpr uint64_t kSwitchRets = 20, kTrampolineRets = 3;
