@@ -96,6 +96,16 @@
 // in cache. Plain threads use the same primitives through a stand-in G
 // (ExternalG) that parks on a futex instead of switching.
 //
+// Exit
+// ----
+// Returning from main ends every goroutine in Go; in C++ exit() goes on to
+// destroy the program's globals. The runtime's atexit handler (FreezeAtExit)
+// freezes the goroutines that exist when it runs: ScheduleOnG0 sets such a
+// goroutine aside instead of running it, at the cost of one load of
+// sched.exiting per schedule, and the handler asks the running ones to stop
+// and waits for them a little. Goroutines made during exit by plain threads
+// (a Run from a static destructor) run normally. See docs/scheduler.md.
+//
 // Choices and their reasons
 // -------------------------
 // * Switching through g0 costs a second context switch per park compared with
@@ -341,6 +351,7 @@ const char* WaitReasonString(WaitReason r) {
     case WaitReason::kIORead: return "IO wait (read)";
     case WaitReason::kIOWrite: return "IO wait (write)";
     case WaitReason::kIOClose: return "IO wait (close)";
+    case WaitReason::kFrozenAtExit: return "frozen at exit";
   }
   return "?";
 }
@@ -753,7 +764,13 @@ void CheckDeadLocked(bool report_now) {
     AskSysmonToCheckForDeadlock();
     return;
   }
-  FatalDumpAll("all goroutines are asleep - deadlock!");
+  // During exit the goroutines made before it began are frozen (FreezeAtExit):
+  // asleep for good, even those that were runnable; the dump shows them
+  // "frozen at exit".
+  FatalDumpAll(sched.exiting.load(std::memory_order_acquire)
+                   ? "all goroutines are asleep - deadlock! (during exit(): the goroutines that existed when it "
+                     "began are frozen and never run again)"
+                   : "all goroutines are asleep - deadlock!");
 }
 
 // ---------------------------------------------------------------------------
@@ -1228,6 +1245,16 @@ void ExitMThread(M* m) {
   tls_m = nullptr;
 }
 
+// g existed when exit() began, and m was about to run it: it is set aside
+// for good instead - on no queue, never freed (the process is ending) - as
+// waiting, "frozen at exit" in dumps. Nothing holds a runnable G, so nothing
+// will Ready it; if it is wired, its M sleeps in StopLockedM for ever.
+void FreezeOnG0(G* g) {
+  g->wait_reason = WaitReason::kFrozenAtExit;
+  g->wait_since = CoarseNanotime();
+  g->status.store(GStatus::kWaiting, std::memory_order_release);
+}
+
 // The scheduler loop of every M, on g0. Returns only when the M retires
 // (its goroutine exited wired): then its thread is to end.
 void ScheduleOnG0(M* m) {
@@ -1248,6 +1275,13 @@ void ScheduleOnG0(M* m) {
       }
     }
     do {
+      // Once exit() has begun, no goroutine made before runs again. The one
+      // load on every schedule: `exiting` is almost always false.
+      if (sched.exiting.load(std::memory_order_acquire) &&
+          !g->runs_during_exit.load(std::memory_order_relaxed)) [[unlikely]] {
+        FreezeOnG0(g);
+        break;
+      }
       Execute(m, g, inherit);
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
       inherit = true;
@@ -1373,6 +1407,8 @@ __attribute__((no_sanitize("null"))) void GoroutineMain(void* arg) {  // see MSt
 bool TryYieldDirect(M* m, G* g1) {
   P* p = m->p;
   if (g1->locked_m != nullptr || sched.runq_size.load(std::memory_order_relaxed) > 0) return false;
+  // During exit the next goroutine may have to be frozen: ScheduleOnG0 decides.
+  if (sched.exiting.load(std::memory_order_acquire)) return false;
   if (m->sigmask_changed) return false;  // via g0, which restores the mask
   if ((p->schedtick.load(std::memory_order_relaxed) + 1) % 16 == 0) return false;
   bool inherit;
@@ -1790,6 +1826,15 @@ void NewProc(const ClosureOps* ops, void* f) {
   }
   ops->move_to(g->closure, f);
   g->closure_ops = ops;
+  // During exit: made by a plain thread (a Run from an atexit handler or a
+  // static destructor), or by a goroutine that runs during exit, it runs; made
+  // by a goroutine frozen at exit that has not stopped yet, it is frozen too.
+  // Before exit every G's flag is false, and it never turns back.
+  if (sched.exiting.load(std::memory_order_relaxed)) [[unlikely]] {
+    G* parent = CurrentGoroutine();
+    g->runs_during_exit.store(parent == nullptr || parent->runs_during_exit.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+  }
   g->stackguard0.store(0, std::memory_order_relaxed);
   g->preempt_off.store(kInRuntime, std::memory_order_relaxed);  // see GoroutineMain
   g->preemptions = 0;
@@ -1837,6 +1882,73 @@ int UsableCpus() {
   return n > 0 ? n : static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// The process that started the runtime: a child of fork() that calls exit()
+// has none of its threads.
+pid_t runtime_pid = 0;
+
+// How long exit() waits, at most, for the goroutines running when it began to
+// stop (FreezeAtExit).
+constexpr int64_t kExitStopWaitNs = 20 * 1000 * 1000;
+// How often one that has not stopped is asked again: a signal that came in
+// library code was refused.
+constexpr int64_t kExitAskAgainNs = 1000 * 1000;
+
+// The runtime's atexit handler, registered when it starts: exit() has begun.
+// In Go, returning from main ends every goroutine at once; here exit() goes on
+// to run the destructors of the program's globals, which goroutines still
+// running would use as they are destroyed. So the goroutines that exist now
+// are frozen: no M runs one of them again (ScheduleOnG0 sets it aside), and
+// each running one is asked to stop as sysmon asks a goroutine whose slice is
+// over (PreemptOne: the cooperative request, and the signal when async
+// preemption is on), then waited for, up to kExitStopWaitNs in all. Best
+// effort: one that reaches no safe point by then (in a blocking call, in
+// library code, in a loop without calls with async preemption off) runs on
+// until it next enters the scheduler, and the exit goes on without it. A
+// goroutine in a blocking call whose M has lost its P (or in a marked
+// region) gets the cooperative request only, and is not waited for: it stops
+// at its next goro call or Checkpoint(), or when it next blocks.
+// Goroutines made from now on by plain threads (a Run from an atexit handler
+// or a static destructor), and those they make, run normally (NewProc), as
+// does the goroutine that called exit(), if one did.
+void FreezeAtExit() {
+  if (G* self = CurrentGoroutine()) self->runs_during_exit.store(true, std::memory_order_relaxed);
+  goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
+  sched.exiting.store(true, std::memory_order_seq_cst);
+  if (!sched.started.load(std::memory_order_acquire) || getpid() != runtime_pid) return;
+  M* self_m = CurrentM();
+  P* own = self_m != nullptr ? self_m->p : nullptr;
+  for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
+    G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
+    if (g != nullptr && !g->runs_during_exit.load(std::memory_order_relaxed)) {
+      g->stackguard0.store(kStackPreempt, std::memory_order_release);
+    }
+  }
+  std::vector<G*> asked(sched.allp.size(), nullptr);
+  std::vector<int64_t> asked_at(sched.allp.size(), 0);
+  const int64_t deadline = Nanotime() + kExitStopWaitNs;
+  for (;;) {
+    bool running = false;
+    const int64_t now = Nanotime();
+    for (size_t i = 0; i < sched.allp.size(); ++i) {
+      P* p = sched.allp[i];
+      if (p == own) continue;
+      if (p->status.load(std::memory_order_acquire) != P::Status::kRunning) continue;
+      M* m = p->m.load(std::memory_order_acquire);
+      G* g = m != nullptr ? __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE) : nullptr;
+      if (g == nullptr || g->runs_during_exit.load(std::memory_order_relaxed)) continue;
+      running = true;
+      if (asked[i] != g || now - asked_at[i] >= kExitAskAgainNs) {
+        asked[i] = g;
+        asked_at[i] = now;
+        PreemptOne(p, p->schedtick.load(std::memory_order_acquire));
+      }
+    }
+    if (!running || Nanotime() >= deadline) return;
+    timespec pause = {0, 50 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 }  // namespace
 
 volatile sig_atomic_t in_forked_child = 0;
@@ -1874,7 +1986,8 @@ void EnsureStarted(const Options& opts) {
   sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
   sched.start_time = Nanotime();
-  std::atexit([] { sched.exiting.store(true, std::memory_order_release); });
+  runtime_pid = getpid();
+  std::atexit(FreezeAtExit);
   pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
   sched.schedtrace_ns = env.schedtrace_ms * 1000 * 1000;
   sched.scheddetail = env.scheddetail;

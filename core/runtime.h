@@ -105,6 +105,9 @@ enum class WaitReason : uint8_t {
   kIORead,
   kIOWrite,
   kIOClose,  // an io operation waits for io::Close of its fd to finish
+  // Existed when exit() began, and taken to run since: never runs again
+  // (see FreezeAtExit in core/proc.cc).
+  kFrozenAtExit,
 };
 const char* WaitReasonString(WaitReason r);
 
@@ -184,6 +187,12 @@ struct alignas(64) G {
   // core/proc.cc): never counted in Sched::external_awake. Set before the G
   // is used.
   bool external_uncounted = false;
+  // Made once exit() had begun by a plain thread or by a goroutine that runs
+  // during exit, or the goroutine that called exit(): it runs on while the
+  // others are frozen (FreezeAtExit in core/proc.cc). Written by its creator
+  // before the G is queued (or by itself); atomic because the exit handler
+  // reads it for the goroutine it finds running on another thread.
+  std::atomic<bool> runs_during_exit{false};
   // In the global queue because it was preempted (guarded by sched.mu): a
   // P takes such a goroutine alone, never in a batch into its ring.
   bool spent_slice = false;
@@ -422,7 +431,6 @@ struct Sched {
   // awake plain thread exits (see FreeExternalG in core/proc.cc), and by a
   // check that found the program stuck, to report if it still is then.
   std::atomic<int64_t> deadlock_check_at{0};
-  std::atomic<bool> exiting{false};  // exit() has begun (an atexit handler)
   // Sysmon sleeps on this; sysmon_deep says it sleeps until work appears.
   Note sysmon_note;
   std::atomic<bool> sysmon_deep{false};
@@ -448,6 +456,11 @@ struct Sched {
   // Whether Execute stamps each new slice with the TSC (short slices only;
   // see core/sysmon.cc for why long ones are timed by observation).
   bool stamp_slices = false;
+  // exit() has begun (the runtime's atexit handler, FreezeAtExit in
+  // core/proc.cc, set it): from then on goroutines made before are not run.
+  // Read at every schedule and spawn, so it starts a cache line that holds
+  // only fields fixed after start-up (none that sysmon writes).
+  alignas(64) std::atomic<bool> exiting{false};
   bool async_preemption = true;
   int preempt_signal = 0;
 };

@@ -184,7 +184,9 @@ constexpr int64_t kLostPreemptSignalNs = 10 * 1000 * 1000;
 // timers and AIO fail with EAGAIN everywhere.
 bool PreemptSignalQueues() { return sched.preempt_signal >= 32; }
 
-pid_t process_id = 0;  // getpid() and getuid() are system calls: asked once, by SysmonMain
+// getpid() and getuid() are system calls: asked once, by StartSysmon, before
+// anyone can send a signal (sysmon, or exit(): FreezeAtExit in core/proc.cc).
+pid_t process_id = 0;
 uid_t user_id = 0;
 
 // Begins a signal to m unless one is in flight; on success *word is the
@@ -268,8 +270,6 @@ void SysmonLoop() {
   prctl(PR_SET_NAME, "goro-sysmon");
   prctl(PR_SET_TIMERSLACK, 1);  // wake on time: the slice end is the point
   CalibrateTsc();
-  process_id = getpid();
-  user_id = getuid();
   std::vector<PState> ps(sched.nprocs);
   // How often a goroutine whose P was revoked is looked at, while its thread
   // runs or has just been revoked (see the revoked_ms loop for the back-off).
@@ -649,6 +649,8 @@ void WakeSysmonForTimer(int64_t when) {
 }
 
 void StartSysmon() {
+  process_id = getpid();
+  user_id = getuid();
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -557,4 +557,40 @@ TEST(DeadlockTest, RunFromAnAtexitHandlerIsReported) {
       kDeadlock);
 }
 
+// A goroutine that exists when exit() begins never runs again (core/proc.cc,
+// FreezeAtExit). A Run begun during exit whose goroutine waits for one of
+// them therefore waits for ever: the deadlock is reported, and the report
+// says why and shows the frozen goroutine as such. Here the goroutine wakes
+// every millisecond to look whether the Run waits, and would then send.
+// Fails (status 0, "Run returned") if goroutines from before exit still run
+// during it, or without the note and the "frozen at exit" line.
+goro::Chan<int>* exit_chan;  // reachable: never destroyed
+std::atomic<bool> exit_run_waits{false};
+TEST(DeadlockTest, RunDuringExitWaitingForAFrozenGoroutineIsReported) {
+  EXPECT_DEATH(
+      {
+        if (goro::GetStats().procs != 0) {
+          fprintf(stderr, "the runtime started before the test registered its atexit handler\n");
+          _exit(1);
+        }
+        std::atexit([] {  // runs after the runtime's handler
+          RunExpectingDeadlock([] {
+            exit_run_waits = true;
+            exit_chan->Recv();
+          });
+        });
+        goro_test::StartRuntime();
+        exit_chan = new goro::Chan<int>;
+        goro::Go([] {
+          for (;;) {
+            goro::SleepFor(absl::Milliseconds(1));
+            if (exit_run_waits.load()) exit_chan->Send(1);
+          }
+        });
+        exit(0);
+      },
+      "fatal error: all goroutines are asleep - deadlock! \\(during exit\\(\\): the goroutines that existed "
+      "when it began are frozen and never run again\\).*\\[frozen at exit");
+}
+
 }  // namespace

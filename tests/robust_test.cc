@@ -14,6 +14,8 @@
 //   - fork()+exec, posix_spawn, popen and system() from goroutines while
 //     others run and are preempted; a child forked without exec passes a
 //     SIGURG on to the program's handler and preempts nothing.
+//   - exit() while goroutines run: they are frozen before the program's
+//     globals are destroyed, and a Run begun during exit still runs.
 // Each comment says what would make the test fail. See docs/robustness.md.
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +39,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <mutex>
 #include <string>
@@ -1322,6 +1325,144 @@ TEST(RobustTest, GoInAForkedChildIsOneFatalLine) {
   EXPECT_EXIT(GoroCallInForkedChild(/*run=*/false), ::testing::ExitedWithCode(0),
               OneFatalLine("goro call in a child forked without exec: the runtime's threads did not "
                            "survive fork, so no goroutine can run here"));
+}
+
+// ---------------------------------------------------------------------------
+// Goroutines alive at exit.
+//
+// Returning from main calls exit(), which destroys the program's globals. In
+// Go that ends every goroutine first; goro's atexit handler freezes the
+// goroutines that exist then (core/proc.cc, FreezeAtExit), and runs before
+// the destructors of every global constructed before the runtime started.
+
+// Written by goroutines until exit; destroyed by exit() after the runtime's
+// handler (constructed before the runtime starts, in the child).
+struct ExitTable {
+  static constexpr int kRows = 1024;
+  bool armed = false;  // only in a child of the tests below
+  std::map<int, int64_t> rows;
+  goro::Mutex mu;
+  ExitTable() {
+    for (int i = 0; i < kRows; ++i) rows[i] = 0;
+  }
+  ~ExitTable();
+} exit_table;
+// Trivially destructible, so they outlive exit_table.
+constinit std::atomic<bool> exit_table_destroyed{false};
+constinit std::atomic<int64_t> exit_table_writes{0};
+
+// A writer: a row at a time (no allocation, so that nothing is left only on a
+// frozen goroutine's stack for LeakSanitizer to report). `call_free`: a loop
+// with no call (async preemption must stop it); else with goro calls (a
+// contended Mutex, Yield), where the cooperative request stops it even
+// without the signal (ThreadSanitizer builds).
+void WriteExitTable(int w, bool call_free) {
+  for (uint32_t i = w;; i += 7919) {
+    if (call_free) {
+      if (exit_table_destroyed.load(std::memory_order_relaxed)) _exit(3);
+      __atomic_fetch_add(&exit_table.rows.find(static_cast<int>(i % ExitTable::kRows))->second, 1,
+                         __ATOMIC_RELAXED);
+    } else {
+      goro::Yield();
+      std::lock_guard<goro::Mutex> l(exit_table.mu);
+      if (exit_table_destroyed.load(std::memory_order_relaxed)) _exit(3);
+      exit_table.rows[static_cast<int>(i % ExitTable::kRows)] += 1;
+    }
+    exit_table_writes.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// How many writes there were by the time the last one is 50 ms old (at most
+// 2 s from the call): the writers have stopped, or are not going to.
+int64_t ExitTableWritesOnceQuiet() {
+  auto start = Now();
+  int64_t last = exit_table_writes.load();
+  auto since = Now();
+  while (Since(start) < absl::Seconds(2) && Since(since) < absl::Milliseconds(50)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int64_t now = exit_table_writes.load();
+    if (now != last) {
+      last = now;
+      since = Now();
+    }
+  }
+  return last;
+}
+
+// Runs inside exit(), after the runtime's handler froze the goroutines. A
+// writer still running would see the flag and end the child with status 3 (and
+// without the flag, write into the map as it is destroyed, a crash as a rule).
+ExitTable::~ExitTable() {
+  if (!armed) return;
+  int64_t writes = ExitTableWritesOnceQuiet();
+  exit_table_destroyed = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (exit_table_writes.load() != writes) {
+    fprintf(stderr, "a goroutine wrote after exit() began\n");
+    _exit(4);
+  }
+  // Goroutines made during exit, by a Run from a static destructor, run.
+  std::atomic<int> ran{0};
+  goro::Run([&ran] {
+    goro::WaitGroup wg;
+    for (int i = 0; i < 3; ++i) {
+      wg.Add(1);
+      goro::Go([&] {
+        goro::Yield();
+        ran.fetch_add(1);
+        wg.Done();
+      });
+    }
+    wg.Wait();
+  });
+  if (ran.load() != 3) {
+    fprintf(stderr, "%d of 3 goroutines made during exit ran\n", ran.load());
+    _exit(5);
+  }
+}
+
+// In the child: four writers run when main's Run returns, and the child exits.
+[[noreturn]] void ExitWhileGoroutinesWriteChild(bool call_free) {
+  goro_test::Watchdog dog(absl::Seconds(30), "exit() while goroutines write a global");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_table.armed = true;
+  goro::Options opts = goro_test::TestOptions();
+  // No slice ends before the exit: only exit() asks the writers to stop.
+  opts.time_slice = absl::Seconds(30);
+  goro::Run(
+      [call_free] {
+        for (int w = 0; w < 4; ++w) goro::Go([w, call_free] { WriteExitTable(w, call_free); });
+      },
+      opts);
+  CHILD_CHECK(goro_test::Eventually([] { return exit_table_writes.load() >= 1000; }),
+              "the writers did not get going");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);  // as main returning: the writers still run
+}
+
+// Goroutines running when main returns are frozen before the globals they use
+// are destroyed (exit status 0, ten times in a row), and a Run from a static
+// destructor that runs after the freeze still runs its goroutines. Fails
+// without the freeze: a writer sees the table destroyed under it (status 3),
+// or crashes in the map being destroyed.
+TEST(RobustTest, GoroutinesRunningAtExitAreFrozenBeforeGlobalsAreDestroyed) {
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EXIT(ExitWhileGoroutinesWriteChild(/*call_free=*/false), ::testing::ExitedWithCode(0), "");
+  }
+}
+
+// The same with writers that make no call at all: the signal exit() sends
+// stops them (their slices would not end for 30 s). Fails without the freeze
+// as above, and if exit() does not ask the running goroutines to stop
+// (status 3: they run on).
+TEST(RobustTest, CallFreeLoopsRunningAtExitAreFrozenBySignal) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EXIT(ExitWhileGoroutinesWriteChild(/*call_free=*/true), ::testing::ExitedWithCode(0), "");
+  }
 }
 
 }  // namespace

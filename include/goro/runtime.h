@@ -79,6 +79,26 @@ struct Options {
 // Once exit() has begun, only a Run begun since (from an atexit handler or a
 // static destructor) is reported: the program is ending, and Go does not
 // look for deadlocks once main returns.
+//
+// Goroutines alive at exit. Returning from main (or any call of exit()) does
+// not wait for goroutines, as it does not wait for std::threads; in Go it
+// ends them. Here, the goroutines that exist when exit() begins are frozen:
+// none runs again, and none is destroyed (what it holds - locks, memory - it
+// keeps). Those running are asked to stop, and exit() waits for each to reach
+// a safe point for up to about 20 ms in all; one that does not by then (in a
+// blocking call, in library code, in a loop without calls when async
+// preemption is off) runs on until it next yields, blocks or calls into goro.
+// The freeze comes from an atexit handler that the runtime registers when it
+// starts, so it precedes the destruction of every global constructed before
+// the runtime started (the program's globals, in the common case), while a
+// global constructed afterwards (a function-local static first used later)
+// is destroyed before it, with the goroutines still running. A Run begun
+// during exit (from an atexit handler, a static or thread_local destructor)
+// and the goroutines it starts run normally, as does a goroutine that calls
+// exit() itself; what they wait for from a frozen goroutine never comes (a
+// Run is then reported deadlocked; a plain wait, such as WaitGroup::Wait in
+// a global's destructor, waits for ever). A program that wants its
+// goroutines to finish waits for them (a WaitGroup) before main returns.
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
 namespace internal {
