@@ -102,9 +102,14 @@
 // destroy the program's globals. The runtime's atexit handler (FreezeAtExit)
 // freezes the goroutines that exist when it runs: ScheduleOnG0 sets such a
 // goroutine aside instead of running it, at the cost of one load of
-// sched.exiting per schedule, and the handler asks the running ones to stop
+// sched.frozen per schedule, and the handler asks the running ones to stop
 // and waits for them a little. Goroutines made during exit by plain threads
-// (a Run from a static destructor) run normally. See docs/scheduler.md.
+// (a Run from a static destructor) run normally. The freeze ends for good
+// when a plain thread parks in goro (other than in Run for its own
+// goroutine): the program waits for its goroutines - a global's destructor
+// stopping its workers and waiting for them - so they run again, as before
+// exit (ThawAfterExitFreeze, from the plain thread's Park, which is slow
+// anyway; a goroutine's park pays nothing). See docs/scheduler.md.
 //
 // Choices and their reasons
 // -------------------------
@@ -764,10 +769,11 @@ void CheckDeadLocked(bool report_now) {
     AskSysmonToCheckForDeadlock();
     return;
   }
-  // During exit the goroutines made before it began are frozen (FreezeAtExit):
-  // asleep for good, even those that were runnable; the dump shows them
-  // "frozen at exit".
-  FatalDumpAll(sched.exiting.load(std::memory_order_acquire)
+  // While the freeze at exit is on, the goroutines made before exit() began
+  // are asleep for good (FreezeAtExit), even those that were runnable: only
+  // a plain thread's park ends the freeze, and none is awake to park. The
+  // dump shows them "frozen at exit".
+  FatalDumpAll(sched.frozen.load(std::memory_order_acquire)
                    ? "all goroutines are asleep - deadlock! (during exit(): the goroutines that existed when it "
                      "began are frozen and never run again)"
                    : "all goroutines are asleep - deadlock!");
@@ -1245,14 +1251,47 @@ void ExitMThread(M* m) {
   tls_m = nullptr;
 }
 
-// g existed when exit() began, and m was about to run it: it is set aside
-// for good instead - on no queue, never freed (the process is ending) - as
-// waiting, "frozen at exit" in dumps. Nothing holds a runnable G, so nothing
-// will Ready it; if it is wired, its M sleeps in StopLockedM for ever.
-void FreezeOnG0(G* g) {
+// g existed when exit() began, and an M was about to run it: unless the
+// freeze has ended meanwhile (then false: run it), it is set aside instead,
+// on Sched::frozen_gs, as waiting, "frozen at exit" in dumps, until a plain
+// thread waits in goro (ThawAfterExitFreeze), if one ever does. If it is
+// wired, its M sleeps in StopLockedM until then. Under sched.mu, which orders
+// it with the thaw: a goroutine is either on the list the thaw takes or run.
+bool FreezeOnG0(G* g) {
+  absl::MutexLock lock(&sched.mu);
+  if (!sched.frozen.load(std::memory_order_relaxed)) return false;
   g->wait_reason = WaitReason::kFrozenAtExit;
   g->wait_since = CoarseNanotime();
   g->status.store(GStatus::kWaiting, std::memory_order_release);
+  g->sched_link = sched.frozen_gs;
+  sched.frozen_gs = g;
+  return true;
+}
+
+// Ends the freeze at exit, for good: a plain thread (not in Run's wait for
+// its own goroutine) is about to wait in goro while it is on - a global's
+// destructor waiting for the goroutines it started to stop, most often. The
+// program asked to wait for its goroutines, as it could before exit, so they
+// run again: every goroutine set aside is made runnable, and ScheduleOnG0
+// sets none aside from now on. The freeze protects programs that leave
+// goroutines running and do not wait for them.
+void ThawAfterExitFreeze() {
+  {
+    absl::MutexLock lock(&sched.mu);
+    if (!sched.frozen.load(std::memory_order_relaxed)) return;  // another thread did
+    sched.frozen.store(false, std::memory_order_release);
+    while (G* g = sched.frozen_gs) {
+      sched.frozen_gs = g->sched_link;
+      g->sched_link = nullptr;
+      g->wait_reason = WaitReason::kNone;
+      GStatus want = GStatus::kWaiting;
+      if (!g->status.compare_exchange_strong(want, GStatus::kRunnable, std::memory_order_acq_rel)) {
+        Fatal("ThawAfterExitFreeze: a frozen goroutine is not waiting");
+      }
+      GlobrunqPutLocked(g);
+    }
+  }
+  WakeP();  // the M that finds work wakes another (ResetSpinning), and so on
 }
 
 // The scheduler loop of every M, on g0. Returns only when the M retires
@@ -1275,12 +1314,11 @@ void ScheduleOnG0(M* m) {
       }
     }
     do {
-      // Once exit() has begun, no goroutine made before runs again. The one
-      // load on every schedule: `exiting` is almost always false.
-      if (sched.exiting.load(std::memory_order_acquire) &&
+      // While the freeze at exit is on, no goroutine made before exit() runs.
+      // The one load on every schedule: `frozen` is almost always false.
+      if (sched.frozen.load(std::memory_order_acquire) &&
           !g->runs_during_exit.load(std::memory_order_relaxed)) [[unlikely]] {
-        FreezeOnG0(g);
-        break;
+        if (FreezeOnG0(g)) break;
       }
       Execute(m, g, inherit);
       g = FinishSwitchOnG0(m);  // non-null: a park that did not commit
@@ -1407,8 +1445,9 @@ __attribute__((no_sanitize("null"))) void GoroutineMain(void* arg) {  // see MSt
 bool TryYieldDirect(M* m, G* g1) {
   P* p = m->p;
   if (g1->locked_m != nullptr || sched.runq_size.load(std::memory_order_relaxed) > 0) return false;
-  // During exit the next goroutine may have to be frozen: ScheduleOnG0 decides.
-  if (sched.exiting.load(std::memory_order_acquire)) return false;
+  // During the freeze at exit the next goroutine may have to be set aside:
+  // ScheduleOnG0 decides.
+  if (sched.frozen.load(std::memory_order_acquire)) return false;
   if (m->sigmask_changed) return false;  // via g0, which restores the mask
   if ((p->schedtick.load(std::memory_order_relaxed) + 1) % 16 == 0) return false;
   bool inherit;
@@ -1530,6 +1569,13 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
     if (commit != nullptr && !commit(g, arg)) {
       g->status.store(GStatus::kRunning, std::memory_order_relaxed);
       return;
+    }
+    // A plain thread waits for goroutines during exit (a global's destructor
+    // waiting for its workers, say): the freeze ends. Before this thread
+    // counts as asleep, so that no deadlock check sees the frozen ones as
+    // blocked for ever in between.
+    if (sched.frozen.load(std::memory_order_acquire) && !g->waits_in_run) [[unlikely]] {
+      ThawAfterExitFreeze();
     }
     if (!g->external_uncounted && sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
       // The last awake plain thread going to sleep may be what completes a
@@ -1826,11 +1872,12 @@ void NewProc(const ClosureOps* ops, void* f) {
   }
   ops->move_to(g->closure, f);
   g->closure_ops = ops;
-  // During exit: made by a plain thread (a Run from an atexit handler or a
-  // static destructor), or by a goroutine that runs during exit, it runs; made
-  // by a goroutine frozen at exit that has not stopped yet, it is frozen too.
-  // Before exit every G's flag is false, and it never turns back.
-  if (sched.exiting.load(std::memory_order_relaxed)) [[unlikely]] {
+  // During the freeze at exit: made by a plain thread (a Run from an atexit
+  // handler or a static destructor), or by a goroutine that runs during exit,
+  // it runs; made by a goroutine frozen at exit that has not stopped yet, it
+  // is frozen too. Before exit every G's flag is false, and once the freeze
+  // has ended nobody reads it.
+  if (sched.frozen.load(std::memory_order_relaxed)) [[unlikely]] {
     G* parent = CurrentGoroutine();
     g->runs_during_exit.store(parent == nullptr || parent->runs_during_exit.load(std::memory_order_relaxed),
                               std::memory_order_relaxed);
@@ -1909,10 +1956,13 @@ constexpr int64_t kExitAskAgainNs = 1000 * 1000;
 // at its next goro call or Checkpoint(), or when it next blocks.
 // Goroutines made from now on by plain threads (a Run from an atexit handler
 // or a static destructor), and those they make, run normally (NewProc), as
-// does the goroutine that called exit(), if one did.
+// does the goroutine that called exit(), if one did. The freeze lasts until a
+// plain thread waits in goro, if one does (ThawAfterExitFreeze): then all
+// run again, as before exit.
 void FreezeAtExit() {
   if (G* self = CurrentGoroutine()) self->runs_during_exit.store(true, std::memory_order_relaxed);
   goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
+  sched.frozen.store(true, std::memory_order_seq_cst);
   sched.exiting.store(true, std::memory_order_seq_cst);
   if (!sched.started.load(std::memory_order_acquire) || getpid() != runtime_pid) return;
   M* self_m = CurrentM();
@@ -1927,6 +1977,8 @@ void FreezeAtExit() {
   std::vector<int64_t> asked_at(sched.allp.size(), 0);
   const int64_t deadline = Nanotime() + kExitStopWaitNs;
   for (;;) {
+    // Ended already by another plain thread's wait: nothing to stop.
+    if (!sched.frozen.load(std::memory_order_acquire)) return;
     bool running = false;
     const int64_t now = Nanotime();
     for (size_t i = 0; i < sched.allp.size(); ++i) {
@@ -2116,7 +2168,13 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     internal::SemRelease(&done, &done_waiters, false);
   };
   internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);
+  // A plain thread's wait here does not end the freeze at exit
+  // (ThawAfterExitFreeze): a Run begun during exit runs its goroutines
+  // anyway, and one begun before belongs to the program that is ending.
+  internal::G* self = from_thread ? internal::CurrentG() : nullptr;
+  if (self != nullptr) self->waits_in_run = true;
   internal::SemAcquire(&done, &done_waiters, false, internal::WaitReason::kRunWait);
+  if (self != nullptr) self->waits_in_run = false;
 }
 
 void Yield() {

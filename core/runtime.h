@@ -105,8 +105,8 @@ enum class WaitReason : uint8_t {
   kIORead,
   kIOWrite,
   kIOClose,  // an io operation waits for io::Close of its fd to finish
-  // Existed when exit() began, and taken to run since: never runs again
-  // (see FreezeAtExit in core/proc.cc).
+  // Existed when exit() began, and taken to run since: set aside until the
+  // freeze ends, if it does (see FreezeAtExit in core/proc.cc).
   kFrozenAtExit,
 };
 const char* WaitReasonString(WaitReason r);
@@ -167,7 +167,7 @@ struct alignas(64) G {
   // the handler, which runs on it).
   std::atomic<int32_t> preempt_off{0};
   int64_t id = 0;
-  G* sched_link = nullptr;   // free lists and ChanClose's wake list
+  G* sched_link = nullptr;   // free lists, ChanClose's wake list, Sched::frozen_gs
   uint64_t preemptions = 0;  // times this goroutine was preempted, both ways
 
   // --- line 1: the closure (kClosureOps of its type, or null) ---
@@ -187,9 +187,13 @@ struct alignas(64) G {
   // core/proc.cc): never counted in Sched::external_awake. Set before the G
   // is used.
   bool external_uncounted = false;
-  // Made once exit() had begun by a plain thread or by a goroutine that runs
-  // during exit, or the goroutine that called exit(): it runs on while the
-  // others are frozen (FreezeAtExit in core/proc.cc). Written by its creator
+  // A plain thread's stand-in G while it waits in Run for Run's own
+  // goroutine: that park does not end the freeze at exit (see
+  // ThawAfterExitFreeze in core/proc.cc). The thread's own.
+  bool waits_in_run = false;
+  // Made while the freeze at exit was on by a plain thread or by a goroutine
+  // that runs during exit, or the goroutine that called exit(): it runs on
+  // while the others are frozen (FreezeAtExit in core/proc.cc). Written by its creator
   // before the G is queued (or by itself); atomic because the exit handler
   // reads it for the goroutine it finds running on another thread.
   std::atomic<bool> runs_during_exit{false};
@@ -397,6 +401,9 @@ struct Sched {
   // Of those, the ones whose Run began once exit() had (`exiting`): the only
   // ones a deadlock is reported for from then on (CheckDeadLocked).
   int exit_run_waiters ABSL_GUARDED_BY(mu) = 0;
+  // The goroutines set aside while `frozen` (FreezeOnG0 in core/proc.cc),
+  // linked through G::sched_link; made runnable when the freeze ends.
+  G* frozen_gs ABSL_GUARDED_BY(mu) = nullptr;
   // Plain threads that have used goro and are not parked in it (a thread
   // sleeping in goro::SleepFor counts as awake). Any of them may yet wake a
   // goroutine, so no deadlock is reported while this is positive. Threads
@@ -456,11 +463,16 @@ struct Sched {
   // Whether Execute stamps each new slice with the TSC (short slices only;
   // see core/sysmon.cc for why long ones are timed by observation).
   bool stamp_slices = false;
-  // exit() has begun (the runtime's atexit handler, FreezeAtExit in
-  // core/proc.cc, set it): from then on goroutines made before are not run.
-  // Read at every schedule and spawn, so it starts a cache line that holds
-  // only fields fixed after start-up (none that sysmon writes).
-  alignas(64) std::atomic<bool> exiting{false};
+  // The goroutines made before exit() began are frozen (FreezeAtExit in
+  // core/proc.cc set it): an M takes none of them to run. Cleared for good,
+  // under mu, when a plain thread first waits in goro during exit
+  // (ThawAfterExitFreeze). Read at every schedule and spawn, so it starts a
+  // cache line that holds only fields written at most once after start-up
+  // (none that sysmon writes).
+  alignas(64) std::atomic<bool> frozen{false};
+  // exit() has begun (FreezeAtExit set it): from then on only a Run begun
+  // since is reported deadlocked (CheckDeadLocked). Never cleared.
+  std::atomic<bool> exiting{false};
   bool async_preemption = true;
   int preempt_signal = 0;
 };

@@ -557,13 +557,16 @@ TEST(DeadlockTest, RunFromAnAtexitHandlerIsReported) {
       kDeadlock);
 }
 
-// A goroutine that exists when exit() begins never runs again (core/proc.cc,
-// FreezeAtExit). A Run begun during exit whose goroutine waits for one of
-// them therefore waits for ever: the deadlock is reported, and the report
-// says why and shows the frozen goroutine as such. Here the goroutine wakes
-// every millisecond to look whether the Run waits, and would then send.
-// Fails (status 0, "Run returned") if goroutines from before exit still run
-// during it, or without the note and the "frozen at exit" line.
+// A goroutine that exists when exit() begins does not run while the freeze
+// at exit lasts (core/proc.cc, FreezeAtExit), and a plain thread's wait in
+// Run for Run's own goroutine does not end the freeze (ThawAfterExitFreeze).
+// A Run begun during exit whose goroutine waits for one of them therefore
+// waits for ever: the deadlock is reported, and the report says why and
+// shows the frozen goroutine as such. Here the goroutine wakes every
+// millisecond to look whether the Run waits, and would then send. Fails
+// (status 0, "Run returned") if goroutines from before exit still run during
+// it (or Run's wait ends the freeze), or without the note and the "frozen at
+// exit" line.
 goro::Chan<int>* exit_chan;  // reachable: never destroyed
 std::atomic<bool> exit_run_waits{false};
 TEST(DeadlockTest, RunDuringExitWaitingForAFrozenGoroutineIsReported) {

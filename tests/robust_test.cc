@@ -15,7 +15,8 @@
 //     others run and are preempted; a child forked without exec passes a
 //     SIGURG on to the program's handler and preempts nothing.
 //   - exit() while goroutines run: they are frozen before the program's
-//     globals are destroyed, and a Run begun during exit still runs.
+//     globals are destroyed, and a Run begun during exit still runs; a
+//     global's destructor that waits for its goroutines ends the freeze.
 // Each comment says what would make the test fail. See docs/robustness.md.
 #include <errno.h>
 #include <fcntl.h>
@@ -1372,15 +1373,15 @@ void WriteExitTable(int w, bool call_free) {
   }
 }
 
-// How many writes there were by the time the last one is 50 ms old (at most
-// 2 s from the call): the writers have stopped, or are not going to.
-int64_t ExitTableWritesOnceQuiet() {
+// The value of `count` by the time its last change is 50 ms old (at most 2 s
+// from the call): the goroutines counting have stopped, or are not going to.
+int64_t CountOnceQuiet(const std::atomic<int64_t>& count) {
   auto start = Now();
-  int64_t last = exit_table_writes.load();
+  int64_t last = count.load();
   auto since = Now();
   while (Since(start) < absl::Seconds(2) && Since(since) < absl::Milliseconds(50)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    int64_t now = exit_table_writes.load();
+    int64_t now = count.load();
     if (now != last) {
       last = now;
       since = Now();
@@ -1394,7 +1395,7 @@ int64_t ExitTableWritesOnceQuiet() {
 // without the flag, write into the map as it is destroyed, a crash as a rule).
 ExitTable::~ExitTable() {
   if (!armed) return;
-  int64_t writes = ExitTableWritesOnceQuiet();
+  int64_t writes = CountOnceQuiet(exit_table_writes);
   exit_table_destroyed = true;
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (exit_table_writes.load() != writes) {
@@ -1462,6 +1463,106 @@ TEST(RobustTest, CallFreeLoopsRunningAtExitAreFrozenBySignal) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   for (int i = 0; i < 10; ++i) {
     EXPECT_EXIT(ExitWhileGoroutinesWriteChild(/*call_free=*/true), ::testing::ExitedWithCode(0), "");
+  }
+}
+
+// A global pool of worker goroutines, as programs keep one: constructed
+// before the runtime starts (in the child), so its destructor runs inside
+// exit() after the runtime's handler froze the workers. It stops them and
+// waits for them with a WaitGroup, from the exiting (plain) thread, which
+// ends the freeze (ThawAfterExitFreeze in core/proc.cc).
+struct ExitPool {
+  static constexpr int kBusy = 4;     // loop with Yield and a contended Mutex until `stop`
+  static constexpr int kWired = 1;    // the same, wired to its thread (LockOSThread)
+  static constexpr int kBlocked = 4;  // wait in Recv until `jobs` is closed
+  static constexpr int kWorkers = kBusy + kWired + kBlocked;
+  bool armed = false;  // only in a child of the test below
+  std::atomic<bool> stop{false};
+  goro::Chan<int>* jobs = nullptr;  // made in the child, never destroyed
+  goro::Mutex mu;
+  int64_t shared = 0;  // guarded by mu
+  goro::WaitGroup wg;
+  ~ExitPool();
+} exit_pool;
+// Trivially destructible, so they outlive exit_pool.
+constinit std::atomic<int64_t> exit_pool_iterations{0};
+constinit std::atomic<int> exit_pool_stopped{0};
+
+void ExitPoolBusyWorker(bool wired) {
+  if (wired) goro::LockOSThread();
+  while (!exit_pool.stop.load(std::memory_order_relaxed)) {
+    goro::Yield();
+    {
+      std::lock_guard<goro::Mutex> l(exit_pool.mu);
+      exit_pool.shared++;
+    }
+    exit_pool_iterations.fetch_add(1, std::memory_order_relaxed);
+  }
+  exit_pool_stopped.fetch_add(1);
+  exit_pool.wg.Done();
+}
+
+void ExitPoolBlockedWorker() {
+  while (exit_pool.jobs->Recv()) exit_pool_iterations.fetch_add(1, std::memory_order_relaxed);
+  exit_pool_stopped.fetch_add(1);
+  exit_pool.wg.Done();
+}
+
+// Runs inside exit(), after the runtime's handler: the workers are frozen
+// (checked, so that the test tests what it means to), then stopped and
+// waited for.
+ExitPool::~ExitPool() {
+  if (!armed) return;
+  int64_t iterations = CountOnceQuiet(exit_pool_iterations);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (exit_pool_iterations.load() != iterations) {
+    fprintf(stderr, "the workers were not frozen when exit() began\n");
+    _exit(4);
+  }
+  stop = true;
+  jobs->Close();  // readies the blocked workers, which the freeze sets aside
+  wg.Wait();      // hangs if it does not end the freeze
+  if (exit_pool_stopped.load() != kWorkers) {
+    fprintf(stderr, "%d of %d workers stopped\n", exit_pool_stopped.load(), kWorkers);
+    _exit(5);
+  }
+}
+
+// In the child: the pool's workers run, or wait for jobs, when main's Run
+// returns, and the child exits.
+[[noreturn]] void ExitWithAGlobalPoolChild() {
+  // Not destroyed (exit() does not unwind): it bounds the exit too.
+  goro_test::Watchdog dog(absl::Seconds(20), "exit() with a global pool that waits for its workers");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_pool.armed = true;
+  goro::Run(
+      [] {
+        exit_pool.jobs = new goro::Chan<int>;
+        exit_pool.wg.Add(ExitPool::kWorkers);
+        for (int i = 0; i < ExitPool::kBusy; ++i) goro::Go([] { ExitPoolBusyWorker(/*wired=*/false); });
+        for (int i = 0; i < ExitPool::kWired; ++i) goro::Go([] { ExitPoolBusyWorker(/*wired=*/true); });
+        for (int i = 0; i < ExitPool::kBlocked; ++i) goro::Go(ExitPoolBlockedWorker);
+        for (int i = 0; i < 100; ++i) exit_pool.jobs->Send(i);
+      },
+      goro_test::TestOptions());
+  CHILD_CHECK(goro_test::Eventually([] { return exit_pool_iterations.load() >= 1000; }),
+              "the workers did not get going");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);  // as main returning: the workers still run
+}
+
+// A global whose destructor stops the goroutines it started and waits for
+// them (a WaitGroup) still works with the freeze at exit: the exiting thread's
+// wait ends the freeze, the workers run again and stop, and the child exits
+// 0. Fails if the wait hangs (the watchdog ends the child after 20 s with a
+// goroutine dump: the workers "[frozen at exit]"), or if the workers were not
+// frozen first (status 4).
+TEST(RobustTest, GlobalDestructorWaitingForItsGoroutinesEndsTheFreezeAtExit) {
+  for (int i = 0; i < 3 && !HasFailure(); ++i) {
+    EXPECT_EXIT(ExitWithAGlobalPoolChild(), ::testing::ExitedWithCode(0), "");
   }
 }
 

@@ -83,7 +83,7 @@ struct Options {
 // Goroutines alive at exit. Returning from main (or any call of exit()) does
 // not wait for goroutines, as it does not wait for std::threads; in Go it
 // ends them. Here, the goroutines that exist when exit() begins are frozen:
-// none runs again, and none is destroyed (what it holds - locks, memory - it
+// none runs, and none is destroyed (what it holds - locks, memory - it
 // keeps). Those running are asked to stop, and exit() waits for each to reach
 // a safe point for up to about 20 ms in all; one that does not by then (in a
 // blocking call, in library code, in a loop without calls when async
@@ -95,9 +95,20 @@ struct Options {
 // is destroyed before it, with the goroutines still running. A Run begun
 // during exit (from an atexit handler, a static or thread_local destructor)
 // and the goroutines it starts run normally, as does a goroutine that calls
-// exit() itself; what they wait for from a frozen goroutine never comes (a
-// Run is then reported deadlocked; a plain wait, such as WaitGroup::Wait in
-// a global's destructor, waits for ever). A program that wants its
+// exit() itself. What they wait for from a frozen goroutine comes only once
+// the freeze ends (below); a Run that waits for it while nothing can end the
+// freeze is reported deadlocked.
+//
+// The freeze ends for good as soon as a thread that is not a goroutine - the
+// one running exit(), or any other - waits in goro during exit
+// (WaitGroup::Wait, a channel operation, Select, Mutex, CondVar, SleepFor
+// ...), unless it waits in Run for Run's own goroutine: the program asked to
+// wait for its goroutines, so all of them run again, as before exit. A
+// global whose destructor stops the goroutines it started and waits for them
+// thus works as it would without the freeze (the goroutines then run while
+// globals are destroyed, as they did before it). A goroutine's wait does not
+// end it: if a goroutine called exit(), a destructor that it runs and that
+// waits for a frozen goroutine waits for ever. A program that wants its
 // goroutines to finish waits for them (a WaitGroup) before main returns.
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
