@@ -1947,8 +1947,10 @@ constexpr int64_t kExitAskAgainNs = 1000 * 1000;
 // are frozen: no M runs one of them again (ScheduleOnG0 sets it aside), and
 // each running one is asked to stop as sysmon asks a goroutine whose slice is
 // over (PreemptOne: the cooperative request, and the signal when async
-// preemption is on), then waited for, up to kExitStopWaitNs in all. Best
-// effort: one that reaches no safe point by then (in a blocking call, in
+// preemption is on), then waited for, up to kExitStopWaitNs in all; sysmon
+// goes on asking at every look (core/sysmon.cc) one that a busy machine kept
+// off its CPU longer. Best effort: one that reaches no safe point (in a
+// blocking call, in
 // library code, in a loop without calls with async preemption off) runs on
 // until it next enters the scheduler, and the exit goes on without it. A
 // goroutine in a blocking call whose M has lost its P (or in a marked

@@ -442,13 +442,21 @@ void SysmonLoop() {
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
                         : 0;
       G* g = __atomic_load_n(&m->curg, __ATOMIC_ACQUIRE);
+      // Once exit() has begun (FreezeAtExit, core/proc.cc), a goroutine made
+      // before is asked to stop at every look, whatever its slice, until a
+      // scheduling point sets it aside: the exit hook waits only so long.
+      const int64_t p_slice =
+          g != nullptr && sched.frozen.load(std::memory_order_relaxed) &&
+                  !g->runs_during_exit.load(std::memory_order_relaxed)
+              ? 0
+              : slice;
       // Is the thread running, or asleep in the kernel (an unmarked blocking
       // call)? Compare its CPU time over an interval of this same slice. A
       // thread is never signalled without a sample showing it on a CPU.
       // The first look at a slice samples too when goroutines wait, so that
       // its end finds a verdict ready instead of needing a second look.
       Verdict v = Verdict::kUnknown;
-      if (g != nullptr && (work || ran >= slice / 2)) v = SampleCpu(ps[i], m, tick, now);
+      if (g != nullptr && (work || ran >= p_slice / 2)) v = SampleCpu(ps[i], m, tick, now);
       bool asleep = false;
       if (v == Verdict::kBlocked) {
         if (g->preempt_off.load(std::memory_order_relaxed) != 0 || m->in_switch.load(std::memory_order_relaxed)) {
@@ -473,7 +481,7 @@ void SysmonLoop() {
       // Asleep in an unmarked call with nothing to do yet: look again when
       // a timer of its P's falls due.
       if (asleep) until_expiry = std::min(until_expiry, until_timer);
-      if (ran >= slice - early) {
+      if (ran >= p_slice - early) {
         // A request the goroutine could not take (the signal came in library
         // code, or with signals blocked) wakes sysmon from the handler
         // (WakeSysmonToRetry), and the next request may follow at once;
