@@ -86,9 +86,9 @@ struct Options {
 // none runs, and none is destroyed (what it holds - locks, memory - it
 // keeps). Those running are asked to stop, and exit() waits for each to reach
 // a safe point for up to about 20 ms in all (sysmon goes on asking after
-// that); one that reaches none (in a
-// blocking call, in library code, in a loop without calls when async
-// preemption is off) runs on until it next yields, blocks or calls into goro.
+// that); one that reaches none (in a blocking call, in library code, in a
+// loop without calls when async preemption is off) runs on until it next
+// yields, blocks or calls into goro.
 // The freeze comes from an atexit handler that the runtime registers when it
 // starts, so it precedes the destruction of every global constructed before
 // the runtime started (the program's globals, in the common case), while a
