@@ -566,20 +566,27 @@ void ResetToMainThreadDefaults() {
   if (d.nice_known) setpriority(PRIO_PROCESS, 0, d.nice);
 }
 
-// The thread for m, made by the calling thread, which is clean: an M not
-// wired to a goroutine, or the template thread. `nthreads`: for the message.
-void CreateMThread(M* m, int nthreads) {
+}  // namespace
+
+int CreateThreadWithSignalsBlocked(pthread_t* thread, void* (*start)(void*), void* arg) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // Every signal is blocked until the thread has its M and alternate stack.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int err = pthread_create(&m->thread, &attr, MStart, m);
+  int err = pthread_create(thread, &attr, start, arg);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (err != 0) {
+  return err;
+}
+
+namespace {
+
+// The thread for m, made by the calling thread, which is clean: an M not
+// wired to a goroutine, or the template thread. `nthreads`: for the message.
+void CreateMThread(M* m, int nthreads) {
+  if (int err = CreateThreadWithSignalsBlocked(&m->thread, MStart, m); err != 0) {
     FatalF("cannot start runtime thread M%lld: pthread_create: %s (errno %d; it would be thread %d of the runtime)",
            static_cast<long long>(m->id), strerror(err), err, nthreads);
   }
@@ -626,17 +633,10 @@ void* TemplateThreadMain(void*) {
 // Makes the template thread, which makes sysmon, and waits until both
 // exist. It takes no signals (nor does sysmon, its copy).
 void StartTemplateThread() {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t t;
-  int err = pthread_create(&t, &attr, TemplateThreadMain, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (err != 0) FatalF("cannot start the runtime's template thread: pthread_create: %s (errno %d)", strerror(err), err);
+  if (int err = CreateThreadWithSignalsBlocked(&t, TemplateThreadMain, nullptr); err != 0) {
+    FatalF("cannot start the runtime's template thread: pthread_create: %s (errno %d)", strerror(err), err);
+  }
   template_started.Sleep();
 }
 

@@ -643,6 +643,10 @@ void WakeSysmonForTimer(int64_t when);
 void CheckDeadlock();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
+// A detached thread that starts with every signal blocked (an M until it has
+// its alternate stack; the template thread and sysmon for good). Returns
+// pthread_create's error.
+int CreateThreadWithSignalsBlocked(pthread_t* thread, void* (*start)(void*), void* arg);
 // Asks the goroutine running on p to yield, if p is still in the slice
 // numbered `tick`; true if one was asked. cpu_ns/cpu_wall: a reading of its
 // thread's CPU clock taken moments ago, if sysmon has one (-1: none).

@@ -659,17 +659,8 @@ void WakeSysmonForTimer(int64_t when) {
 void StartSysmon() {
   process_id = getpid();
   user_id = getuid();
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // sysmon takes no signals
-  pthread_t t;
-  int err = pthread_create(&t, &attr, SysmonMain, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (err != 0) FatalF("cannot start the sysmon thread: pthread_create: %s (errno %d)", strerror(err), err);
+  pthread_t t;  // sysmon takes no signals
+  if (int err = CreateThreadWithSignalsBlocked(&t, SysmonMain, nullptr); err != 0) FatalF("cannot start the sysmon thread: pthread_create: %s (errno %d)", strerror(err), err);
 }
 
 }  // namespace goro::internal
