@@ -171,20 +171,23 @@ TEST(DumpTest, NestedRunWaitsAsGoroRun) {
   std::atomic<int64_t> runner_id{0}, wg_id{0};
   goro_test::RunBounded([&] {
     goro::Chan<int> never;
-    goro::WaitGroup parked, blocker;
+    goro::WaitGroup parked, blocker, finished;
     parked.Add(2);
     blocker.Add(1);
-    goro::Go([never, &runner_id, &parked]() mutable {
+    finished.Add(2);
+    goro::Go([never, &runner_id, &parked, &finished]() mutable {
       runner_id = goro::GoroutineId();
       goro::Run([never, &parked]() mutable {
         parked.Done();
         never.Recv();
       });
+      finished.Done();
     });
-    goro::Go([&wg_id, &parked, &blocker] {
+    goro::Go([&wg_id, &parked, &blocker, &finished] {
       wg_id = goro::GoroutineId();
       parked.Done();
       blocker.Wait();
+      finished.Done();
     });
     parked.Wait();
     // Until both wait (a fixed sleep is not enough on a loaded machine).
@@ -201,6 +204,7 @@ TEST(DumpTest, NestedRunWaitsAsGoroRun) {
     }
     never.Close();  // ends the nested Run
     blocker.Done();
+    finished.Wait();  // both are out of their waits before the WaitGroups go
   });
   EXPECT_NE(dump.find(absl::StrCat("goroutine ", runner_id.load(), " [goro.Run")), std::string::npos) << dump;
   EXPECT_NE(dump.find(absl::StrCat("goroutine ", wg_id.load(), " [sync.WaitGroup.Wait")), std::string::npos)
