@@ -565,6 +565,14 @@ void Ready(G* g);
 // Puts the current goroutine at the tail of its P's run queue and schedules.
 void YieldNow();
 
+// The end of a RuntimeScope or InRuntimeScope on g (null: off a goroutine):
+// lowers preempt_off by kInRuntime, after the scope's work.
+inline void LeaveRuntimeCode(G* g) {
+  if (g == nullptr) return;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - kInRuntime, std::memory_order_relaxed);
+}
+
 // Marks runtime code running on a goroutine: async preemption is deferred
 // inside (so a goroutine never parks holding a runtime lock or halfway through
 // its P's queues), and a pending preemption request is honoured on entry: this
@@ -572,12 +580,7 @@ void YieldNow();
 class RuntimeScope {
  public:
   RuntimeScope();
-  ~RuntimeScope() {
-    if (g_ == nullptr) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - kInRuntime,
-                          std::memory_order_relaxed);
-  }
+  ~RuntimeScope() { LeaveRuntimeCode(g_); }
   RuntimeScope(const RuntimeScope&) = delete;
   RuntimeScope& operator=(const RuntimeScope&) = delete;
 
@@ -591,12 +594,7 @@ class RuntimeScope {
 class InRuntimeScope {
  public:
   InRuntimeScope();
-  ~InRuntimeScope() {
-    if (g_ == nullptr) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    g_->preempt_off.store(g_->preempt_off.load(std::memory_order_relaxed) - kInRuntime,
-                          std::memory_order_relaxed);
-  }
+  ~InRuntimeScope() { LeaveRuntimeCode(g_); }
   InRuntimeScope(const InRuntimeScope&) = delete;
   InRuntimeScope& operator=(const InRuntimeScope&) = delete;
 
