@@ -1929,10 +1929,6 @@ int UsableCpus() {
   return n > 0 ? n : static_cast<int>(std::thread::hardware_concurrency());
 }
 
-// The process that started the runtime: a child of fork() that calls exit()
-// has none of its threads.
-pid_t runtime_pid = 0;
-
 // How long exit() waits, at most, for the goroutines running when it began to
 // stop (FreezeAtExit).
 constexpr int64_t kExitStopWaitNs = 20 * 1000 * 1000;
@@ -1966,7 +1962,8 @@ void FreezeAtExit() {
   goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
   sched.frozen.store(true, std::memory_order_seq_cst);
   sched.exiting.store(true, std::memory_order_seq_cst);
-  if (!sched.started.load(std::memory_order_acquire) || getpid() != runtime_pid) return;
+  // A child of fork() that calls exit() has none of the runtime's threads.
+  if (!sched.started.load(std::memory_order_acquire) || in_forked_child) return;
   M* self_m = CurrentM();
   P* own = self_m != nullptr ? self_m->p : nullptr;
   for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
@@ -2040,7 +2037,6 @@ void EnsureStarted(const Options& opts) {
   sched.stamp_slices = sched.time_slice_ns < kObservedSliceMinNs;
   sched.preempt_signal = o.preempt_signal;
   sched.start_time = Nanotime();
-  runtime_pid = getpid();
   std::atexit(FreezeAtExit);
   pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
   sched.schedtrace_ns = env.schedtrace_ms * 1000 * 1000;
