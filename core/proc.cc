@@ -1141,8 +1141,10 @@ G* FinishSwitchOnG0(M* m) {
       StackFree(p, g->stack);
       g->stack = Stack{};
       g->status.store(GStatus::kIdle, std::memory_order_relaxed);
+      bool counted = g->exit_counted;
+      g->exit_counted = false;
       GfreePut(p, g);
-      p->exited.fetch_add(1, std::memory_order_release);  // see GetStats
+      if (!counted) p->exited.fetch_add(1, std::memory_order_release);  // see GetStats
       return nullptr;
     }
     case SwitchRequest::kNone:
@@ -2163,6 +2165,11 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
       sched.run_waiters--;
       if (during_exit) sched.exit_run_waiters--;
     }
+    // Finished as far as the caller can tell: GetStats() after Run returns
+    // must not count this goroutine as live while it is still on its way out.
+    internal::G* self = internal::CurrentGoroutine();
+    self->exit_counted = true;
+    internal::CurrentM()->p->exited.fetch_add(1, std::memory_order_release);
     internal::SemRelease(&done, &done_waiters, false);
   };
   internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);

@@ -191,6 +191,10 @@ struct alignas(64) G {
   // goroutine: that park does not end the freeze at exit (see
   // ThawAfterExitFreeze in core/proc.cc). The thread's own.
   bool waits_in_run = false;
+  // Run's goroutine, counted as exited (P::exited) just before it lets Run
+  // return, so that GetStats() after Run no longer counts it; its own exit
+  // then does not count it again. The goroutine's own.
+  bool exit_counted = false;
   // Made while the freeze at exit was on by a plain thread or by a goroutine
   // that runs during exit, or the goroutine that called exit(): it runs on
   // while the others are frozen (FreezeAtExit in core/proc.cc). Written by its creator

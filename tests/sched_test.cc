@@ -366,6 +366,20 @@ TEST(SchedTest, WorkSpreadsToBothPs) {
   });
 }
 
+// Run returns once its goroutine's function has, while the goroutine is
+// still on its way out; a leak check made right after Run must not count it.
+TEST(SchedTest, RunsGoroutineIsNotLiveOnceRunReturns) {
+  goro::Run([] {});  // started, with nothing of this test alive
+  const int64_t before = goro::GetStats().goroutines_live;
+  int counted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    goro::Run([] {});
+    if (goro::GetStats().goroutines_live != before) ++counted;
+  }
+  EXPECT_EQ(counted, 0) << "of 2000 Runs, " << counted
+                        << " returned while GetStats() still counted their goroutine as live";
+}
+
 TEST(SchedTest, StatsCountGoroutinesAndReturnToBaseline) {
   RunBounded([] {
     constexpr int kGoroutines = 200;
