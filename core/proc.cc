@@ -2069,8 +2069,8 @@ void EnsureStarted(const Options& opts) {
     o.async_preemption = false;
   }
   sched.async_preemption = o.async_preemption;
+  o.stack_size = StackInitGlobal(o.stack_size);
   sched.opts = o;
-  StackInitGlobal(o.stack_size);
   // Unmarked blocking calls are detected only if sysmon can use membarrier
   // (Linux 4.14+); see TryRevokeP.
   revocation_available.store(

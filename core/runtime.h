@@ -792,7 +792,9 @@ int64_t StacksInUse();
 // G records allocated and not on a free list: live goroutines', or leaked.
 // For leak tests; exact only while the runtime is quiet.
 int64_t GoroutineRecordsInUse();
-void StackInitGlobal(size_t stack_size);
+// Sets the size of every stack from Options::stack_size; returns it, rounded
+// up to whole pages.
+size_t StackInitGlobal(size_t stack_size);
 
 // Signals (signals/signals.cc).
 void InstallSignalHandlers();

@@ -331,11 +331,12 @@ void ForEachRun(std::vector<Stack>& v, Fn fn) {
 
 // `size` is at most kMaxStackSize (core/env.h), so neither the rounding
 // nor the size of a batch (StackMapBatch) overflows.
-void StackInitGlobal(size_t size) {
+size_t StackInitGlobal(size_t size) {
   page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (kStackGuardSize % page_size != 0) Fatal("StackInitGlobal: the stack guard is not a whole number of pages");
   stack_size = (size + page_size - 1) & ~(page_size - 1);
   keep_dirty = std::min(kKeepDirtyMax, kKeepDirtyBytes / stack_size);
+  return stack_size;
 }
 
 Stack StackAlloc(P* p, int64_t goid) {

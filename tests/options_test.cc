@@ -185,7 +185,8 @@ TEST(OptionsTest, NegativeMaxProcsWarnsAndUsesTheDefault) {
 
 // GetOptions gives what the runtime runs with, after the environment and the
 // checks above: the Ps resolved, GORODEBUG's slice and async preemption,
-// the stack size raised to its minimum.
+// the stack size raised to its minimum (and, in the second child, rounded up
+// to whole pages, the size the stacks and the overflow message have).
 TEST(OptionsTest, GetOptionsGivesTheSettingsInUse) {
   EXPECT_EXIT(
       {
@@ -200,6 +201,17 @@ TEST(OptionsTest, GetOptionsGivesTheSettingsInUse) {
                     absl::FormatDuration(used.time_slice).c_str());
         CHILD_CHECK(!used.async_preemption, "async_preemption on");
         CHILD_CHECK(used.stack_size == 64 * 1024, "stack_size=%zu", used.stack_size);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        goro::Options o = goro_test::TestOptions();
+        o.stack_size = 64 * 1024 + 1;
+        StartWith(o);
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t used = goro::GetOptions().stack_size;
+        CHILD_CHECK(used == 64 * 1024 + page, "stack_size=%zu, want %zu", used, 64 * 1024 + page);
         _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
