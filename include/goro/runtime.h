@@ -48,7 +48,7 @@ struct Options {
   // they are touched; a 64 KiB guard below the stack catches overflow (for
   // frames larger than that, see docs/robustness.md). At least 64 KiB (a
   // smaller value is raised to that) and at most 1 GiB, about Go's limit (a
-  // larger one is a fatal error).
+  // larger one is a fatal error); rounded up to whole pages.
   size_t stack_size = size_t{1} << 20;
   // The signal sysmon sends to interrupt a goroutine (Go uses SIGURG). Change
   // it only where another runtime in the process already owns SIGURG. It must
