@@ -1417,8 +1417,12 @@ __attribute__((no_sanitize("null"))) void GoroutineMain(void* arg) {  // see MSt
   // it with their backtrace. Only a forced unwind is caught, pthread_exit's
   // or pthread_cancel's: past goro_start_context glibc would end the M's
   // thread, with its P and without a word (with one P the program hangs).
+  // A cancel the goroutine left pending acts here, on the goroutine that
+  // asked for it, not at the next cancellation point of whichever goroutine
+  // runs on the thread next.
   try {
     g->closure_ops->run(g->closure);
+    pthread_testcancel();
   } catch (abi::__forced_unwind&) {
     FatalG("pthread_exit or pthread_cancel on a goroutine: its thread is not its own to end "
            "(return from the goroutine's function instead)");

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -348,6 +349,52 @@ TEST(FatalTest, PthreadCancelOfAGoroutinesThread) {
                  goro::SleepFor(absl::Seconds(5));
                }),
                GOROUTINE_LINE("pthread_exit or pthread_cancel on a goroutine"));
+}
+
+// Death-test output that says which goroutine cancelled ("the canceller is
+// goroutine N") and has the fatal line name that goroutine.
+class CancelReportedForCanceller : public ::testing::MatcherInterface<const std::string&> {
+ public:
+  bool MatchAndExplain(const std::string& err, ::testing::MatchResultListener*) const override {
+    long long id = 0;
+    size_t at = err.find("the canceller is goroutine ");
+    if (at == std::string::npos || sscanf(err.c_str() + at, "the canceller is goroutine %lld", &id) != 1) {
+      return false;
+    }
+    return err.find(absl::StrCat("fatal error: goroutine ", id, ": pthread_exit or pthread_cancel"), at) !=
+           std::string::npos;
+  }
+  void DescribeTo(std::ostream* os) const override {
+    *os << "names the cancelling goroutine in the pthread_cancel fatal line";
+  }
+};
+
+// A cancel still pending when its goroutine returns is acted on at once, and
+// reported against that goroutine; it used to wait on the thread for the
+// next cancellation point, in whichever goroutine ran there next (on one P,
+// Run's: "goroutine 1").
+TEST(FatalTest, PthreadCancelPendingWhenItsGoroutineReturnsNamesThatGoroutine) {
+  EXPECT_DEATH(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30), "expected a fatal error");
+        goro::Options o = goro_test::TestOptions();
+        o.max_procs = 1;
+        goro::Run(
+            [] {
+              goro::Chan<int> done(1);
+              goro::Go([&done] {
+                fprintf(stderr, "the canceller is goroutine %lld\n", static_cast<long long>(goro::GoroutineId()));
+                done.Send(1);
+                pthread_cancel(pthread_self());  // no cancellation point before the return
+              });
+              done.Recv();
+              goro::Yield();
+              usleep(1000);  // a cancellation point, on the same thread
+              goro::SleepFor(absl::Seconds(5));
+            },
+            o);
+      },
+      ::testing::MakeMatcher(new CancelReportedForCanceller));
 }
 
 __attribute__((noinline)) void ThrowFromDeepInside(int depth) {

@@ -223,7 +223,8 @@ struct Stats {
   uint64_t steals = 0;    // successful steals of goroutines from another P
   uint64_t handoffs = 0;  // Ps handed from a blocked M to another M (not those put idle)
   int procs = 0;          // number of Ps (0 before the runtime starts)
-  int threads = 0;        // number of Ms (OS threads) created
+  int threads = 0;        // Ms (OS threads) alive now: created, less those ended
+                          // with a goroutine that exited wired (LockOSThread)
 };
 Stats GetStats();
 
