@@ -67,17 +67,33 @@ namespace goro::internal {
 
 namespace {
 
-// Nanoseconds per TSC tick, measured at start-up.
+// Nanoseconds per TSC tick. A first estimate over 50 us at start-up, made
+// precise over the first second by RefineTsc at every look: sysmon's first
+// look must not wait for a long measurement (a 2 ms sleep here delayed the
+// first hand-off and the first preemption after start-up by as much).
 double ns_per_tick = 0;
+int64_t calib_ns = 0;    // where the measurement began: the clock
+uint64_t calib_tsc = 0;  // and the TSC
+
+constexpr int64_t kTscFirstEstimateNs = 50 * 1000;
+constexpr int64_t kTscRefineForNs = 1000 * 1000 * 1000;
 
 void CalibrateTsc() {
-  int64_t t0 = Nanotime();
-  uint64_t c0 = arch::ReadTsc();
-  timespec ts{0, 2000000};
-  nanosleep(&ts, nullptr);
-  int64_t t1 = Nanotime();
-  uint64_t c1 = arch::ReadTsc();
-  ns_per_tick = c1 > c0 ? static_cast<double>(t1 - t0) / static_cast<double>(c1 - c0) : 1.0;
+  calib_ns = Nanotime();
+  calib_tsc = arch::ReadTsc();
+  int64_t t;
+  uint64_t c;
+  do {
+    t = Nanotime();
+    c = arch::ReadTsc();
+  } while (t - calib_ns < kTscFirstEstimateNs);
+  ns_per_tick = c > calib_tsc ? static_cast<double>(t - calib_ns) / static_cast<double>(c - calib_tsc) : 1.0;
+}
+
+void RefineTsc(int64_t now, uint64_t now_tsc) {
+  if (calib_ns == 0 || now_tsc <= calib_tsc) return;
+  ns_per_tick = static_cast<double>(now - calib_ns) / static_cast<double>(now_tsc - calib_tsc);
+  if (now - calib_ns >= kTscRefineForNs) calib_ns = 0;  // precise enough: fixed from now on
 }
 
 // A thread's CPU clock and the wall time it was read at.
@@ -375,6 +391,7 @@ void SysmonLoop() {
       if (last != 0 && now - last > kNetpollEveryNs) InjectGList(Netpoll(0));
     }
     uint64_t now_tsc = arch::ReadTsc();
+    RefineTsc(now, now_tsc);
     bool recheck = false;  // look again soon: see the end of the loop
     int64_t until_expiry = max_sleep;
     // A P's timers are run by the M that holds it, or by another M's last
