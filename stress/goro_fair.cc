@@ -33,6 +33,7 @@
 // The report (and --json) gives the settings the runtime ran with, which the
 // environment (GORODEBUG=timeslice, asyncpreemptoff) or the build may have
 // changed from what the flags asked for; a line under the header says so.
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,7 +84,7 @@ ABSL_FLAG(double, max_p99_ms, 0,
           "exit with status 1 if the sleeper's p99 lateness is above this, or if it never woke (0: no limit)");
 ABSL_FLAG(std::string, plot, "",
           "write a PNG chart of the CPU-bound goroutines' shares of the iterations and the sleeper's lateness CDF "
-          "here (needs gnuplot)");
+          "here (needs gnuplot; a file already there is replaced only if it is a PNG, an earlier chart)");
 ABSL_FLAG(bool, json, false,
           "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
           "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window)");
@@ -420,11 +421,62 @@ std::string GnuplotQuoted(const std::string& s) {
   return out + "'";
 }
 
-bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std::vector<double>& shares,
-               const std::vector<double>& lateness_ms, const std::string& title) {
+// The directory part of `path` ("." for a bare file name).
+std::string DirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file the chart goes to: `path`, or the file a symbolic link there
+// points to (the chart replaces that file; the link stays).
+std::string PlotTarget(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(path, ec)) return path;
+  std::filesystem::path target = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : target.string();
+}
+
+// Why the chart may not replace what is at `target` now, as the rest of a
+// sentence that begins "the file", or "" if it may: nothing is there, or a
+// PNG is (an earlier chart). Anything else is a mistyped name (a source
+// file, /etc/passwd), which --plot overwrote.
+std::string ExistingFileProblem(const std::string& target) {
+  struct stat st;
+  if (stat(target.c_str(), &st) != 0) {
+    return errno == ENOENT ? "" : absl::StrCat("cannot be looked at: ", std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return "is there and is not a regular file";
+  static constexpr char kPngSignature[8] = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1a', '\n'};
+  char head[8] = {};
+  std::ifstream f(target, std::ios::binary);
+  if (!f) return absl::StrCat("is there and cannot be read to tell whether it is a PNG: ", std::strerror(errno));
+  f.read(head, sizeof head);
+  if (f.gcount() != sizeof head || std::memcmp(head, kPngSignature, sizeof head) != 0) {
+    return "is there and is not a PNG";
+  }
+  return "";
+}
+
+// Writes the chart to `path` (through a symbolic link there) and returns "",
+// or returns why it did not. gnuplot writes a temporary file beside the
+// target, renamed over it only once gnuplot has succeeded, so that a failure
+// leaves no half-written chart. A new chart gets `new_mode`, a replaced one
+// keeps the old one's permissions.
+std::string WritePlot(const std::string& path, mode_t new_mode, const std::vector<Worker>& ws,
+                      const std::vector<double>& shares, const std::vector<double>& lateness_ms,
+                      const std::string& title) {
   char dir[] = "/tmp/goro-fair-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return false;
+  if (mkdtemp(dir) == nullptr) return absl::StrCat("cannot make a directory in /tmp: ", std::strerror(errno));
   std::string d(dir);
+  const std::string target = PlotTarget(path);
+  std::string out = DirOf(target) + "/.goro-fair-plot-XXXXXX";
+  int fd = mkstemp(out.data());
+  std::error_code ec;
+  if (fd < 0) {
+    std::filesystem::remove_all(d, ec);
+    return absl::StrFormat("cannot make a temporary file in %s: %s", DirOf(target), std::strerror(errno));
+  }
+  close(fd);
   {
     // The CPU-bound goroutines only: the others (--workload=mixed) count
     // sleeps, yields and channel round trips, and have no share.
@@ -444,7 +496,7 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
   {
     std::ofstream f(d + "/plot.gp");
     f << "set terminal png size 1200,500\n"
-      << "set output " << GnuplotQuoted(path) << "\n"
+      << "set output " << GnuplotQuoted(out) << "\n"
       << "set multiplot layout 1,2 title " << GnuplotQuoted(title) << "\n"
       << "set title 'Share of the iterations, per CPU-bound goroutine'\nset ylabel 'share of the iterations (%)'\n"
       << "set xlabel 'goroutine id'\n"
@@ -459,8 +511,23 @@ bool WritePlot(const std::string& path, const std::vector<Worker>& ws, const std
   std::fflush(stdout);
   std::string cmd = "gnuplot '" + d + "/plot.gp' 1>&2";
   int rc = std::system(cmd.c_str());
-  std::system(("rm -rf '" + d + "'").c_str());
-  return rc == 0;
+  std::filesystem::remove_all(d, ec);
+  std::string problem;
+  struct stat st;
+  if (rc != 0) {
+    problem = "gnuplot failed (its message is above)";
+  } else if (std::filesystem::file_size(out, ec) == 0 || ec) {
+    problem = "gnuplot wrote no chart";
+  } else if (std::string p = ExistingFileProblem(target); !p.empty()) {
+    // Checked before the run; something else made this file since. The
+    // chart is whole: leave it for the user.
+    return absl::StrFormat("%s changed during the run: the file %s; the chart is in %s", target, p, out);
+  } else if (chmod(out.c_str(), stat(target.c_str(), &st) == 0 ? st.st_mode & 07777 : new_mode) != 0 ||
+             rename(out.c_str(), target.c_str()) != 0) {
+    problem = absl::StrFormat("cannot move the chart from %s to %s: %s", out, target, std::strerror(errno));
+  }
+  if (!problem.empty()) unlink(out.c_str());
+  return problem;
 }
 
 bool InPath(const std::string& program) {
@@ -473,10 +540,13 @@ bool InPath(const std::string& program) {
 }
 
 // Checked before the run, so that a bad --plot does not cost the run.
-void CheckPlotPath(const std::string& path) {
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (std::any_of(path.begin(), path.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+// Returns the permissions for a new chart file: 0666 less the umask, as
+// gnuplot would have created it (the temporary file it now writes is 0600).
+mode_t CheckPlotPath(const std::string& path) {
+  const std::string target = PlotTarget(path);
+  const std::string dir = DirOf(target);
+  auto control = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  if (std::any_of(path.begin(), path.end(), control) || std::any_of(target.begin(), target.end(), control)) {
     Usage(absl::StrFormat("--plot=%s: the file name holds a control character", absl::CHexEscape(path)));
   }
   if (path.back() == '/' || std::filesystem::is_directory(path)) {
@@ -486,9 +556,17 @@ void CheckPlotPath(const std::string& path) {
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     Usage(absl::StrFormat("--plot=%s: cannot write in %s: %s", path, dir, std::strerror(errno)));
   }
+  if (std::string problem = ExistingFileProblem(target); !problem.empty()) {
+    Usage(absl::StrFormat("--plot=%s: the file %s; give a new name (--plot replaces only an earlier chart)", path,
+                          problem));
+  }
   if (!InPath("gnuplot")) {
     Usage(absl::StrFormat("--plot=%s: gnuplot is not installed (apt-get install gnuplot-nox)", path));
   }
+  // Before the runtime's threads: umask() sets the mask to read it.
+  const mode_t mask = umask(0);
+  umask(mask);
+  return 0666 & ~mask;
 }
 
 // Abseil's parser ends the process with status 1 after a flag it cannot
@@ -582,7 +660,7 @@ int main(int argc, char** argv) {
   const bool sleeper = absl::GetFlag(FLAGS_sleeper);
   if (max_p99_ms > 0 && !sleeper) Usage("--max_p99_ms: there is no sleeper to check (--sleeper=false)");
   const std::string plot = absl::GetFlag(FLAGS_plot);
-  if (!plot.empty()) CheckPlotPath(plot);
+  const mode_t plot_mode = plot.empty() ? 0 : CheckPlotPath(plot);
 
   goro::Options opts;
   opts.max_procs = procs;
@@ -827,11 +905,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
                                         used.max_procs, absl::FormatDuration(used_slice), jain);
-    if (WritePlot(plot, workers, shares, lateness_ms, title)) {
+    if (std::string problem = WritePlot(plot, plot_mode, workers, shares, lateness_ms, title); problem.empty()) {
       std::printf("Chart written to %s\n", plot.c_str());
     } else {
-      std::fprintf(stderr, "goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n",
-                   plot.c_str());
+      std::fprintf(stderr, "goro-fair: could not write --plot=%s: %s\n", plot.c_str(), problem.c_str());
       return 2;
     }
   }

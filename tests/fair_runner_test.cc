@@ -2,9 +2,13 @@
 // is consistent with what the scheduler can hand out, its report names the
 // settings the runtime ran with, and bad flags get one line naming them.
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -325,7 +329,9 @@ TEST(FairRunnerTest, TheChartShowsSharesOfIterationsForCpuBoundGoroutinesOnly) {
   const std::string d = dir;
   {
     std::ofstream f(d + "/gnuplot");
-    f << "#!/bin/sh\ncp \"$1\" \"$(dirname \"$1\")\"/shares.dat '" << d << "/'\n";
+    // It writes the 8 bytes of a PNG's signature where goro-fair asks.
+    f << "#!/bin/sh\ncp \"$1\" \"$(dirname \"$1\")\"/shares.dat '" << d << "/'\n"
+      << "printf '\\211PNG\\r\\n\\032\\n' >\"$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\"\n";
   }
   std::filesystem::permissions(d + "/gnuplot", std::filesystem::perms::owner_all);
   // mixed: spin, sleep, spin, yield, spin, chan.
@@ -339,6 +345,90 @@ TEST(FairRunnerTest, TheChartShowsSharesOfIterationsForCpuBoundGoroutinesOnly) {
   EXPECT_FALSE(absl::StrContains(script, "CPU share")) << script;
   std::vector<std::string> lines = absl::StrSplit(bars, '\n', absl::SkipEmpty());
   EXPECT_EQ(lines.size(), 3u) << bars;  // the three spin goroutines
+}
+
+// A temporary directory, removed with everything in it when the test ends.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char dir[] = "/tmp/fair-runner-test-XXXXXX";
+    if (mkdtemp(dir) != nullptr) path = dir;
+  }
+  ~TempDir() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+};
+
+// The names in directory `dir`, sorted.
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// --plot wrote wherever it was told: as root, --plot=/etc/passwd replaced
+// the system's passwd with a PNG. A file already there that is not a PNG is
+// now refused before the run, and left as it was.
+TEST(FairRunnerTest, PlotRefusesToReplaceAFileThatIsNotAPng) {
+  TempDir d;
+  ASSERT_FALSE(d.path.empty());
+  const std::string source = d.path + "/precious.cc";
+  std::ofstream(source) << "int main() {}\n";
+  Output o = RunFair(absl::StrFormat("--seconds=0.1 --plot=%s", source));
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_EQ(o.text, absl::StrFormat("goro-fair: --plot=%s: the file is there and is not a PNG; give a new name "
+                                    "(--plot replaces only an earlier chart)\n",
+                                    source));
+  EXPECT_TRUE(ReadFile(source) == "int main() {}\n") << source << " was overwritten";
+  // Nor anything that is not a regular file (a FIFO, /dev/null).
+  const std::string fifo = d.path + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  o = RunFair(absl::StrFormat("--seconds=0.1 --plot=%s", fifo));
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_EQ(o.text, absl::StrFormat("goro-fair: --plot=%s: the file is there and is not a regular file; give a new "
+                                    "name (--plot replaces only an earlier chart)\n",
+                                    fifo));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+}
+
+// An earlier chart is replaced, but only by a whole one: gnuplot writes a
+// temporary file beside it, renamed over it once gnuplot has succeeded. A
+// gnuplot that fails half-way leaves the old chart and no other file. The
+// stand-in gnuplots (earlier in PATH) write where the script says.
+TEST(FairRunnerTest, PlotReplacesAnEarlierChartOnlyWithAWholeOne) {
+  TempDir d;
+  ASSERT_FALSE(d.path.empty());
+  const std::string bin = d.path + "/bin", out = d.path + "/out", chart = out + "/fair.png";
+  ASSERT_TRUE(std::filesystem::create_directory(bin));
+  ASSERT_TRUE(std::filesystem::create_directory(out));
+  const std::string png = "\x89PNG\r\n\x1a\n";
+  std::ofstream(chart, std::ios::binary) << png << "old";
+  auto stand_in = [&](const std::string& body, int status) {
+    std::ofstream f(bin + "/gnuplot");
+    f << "#!/bin/sh\nprintf '\\211PNG\\r\\n\\032\\n" << body
+      << "' >\"$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\"\nexit " << status << "\n";
+    f.close();
+    std::filesystem::permissions(bin + "/gnuplot", std::filesystem::perms::owner_all);
+  };
+  const std::string env = absl::StrFormat("PATH='%s':\"$PATH\"", bin);
+  const std::string args = absl::StrFormat("--seconds=0.1 --goroutines=2 --sleeper=false --plot=%s", chart);
+
+  stand_in("half", 1);
+  Output o = RunFair(args, env);
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_TRUE(absl::StrContains(
+      o.text, absl::StrFormat("goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n", chart)))
+      << o.text;
+  EXPECT_EQ(ReadFile(chart), png + "old");
+  EXPECT_EQ(FilesIn(out), std::vector<std::string>{"fair.png"});
+
+  stand_in("new", 0);
+  o = RunFair(args, env);
+  EXPECT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, absl::StrFormat("Chart written to %s\n", chart))) << o.text;
+  EXPECT_EQ(ReadFile(chart), png + "new");
+  EXPECT_EQ(FilesIn(out), std::vector<std::string>{"fair.png"});
 }
 
 // The mixed workload compared the iterations of the C++ spin loop with the
