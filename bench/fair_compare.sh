@@ -305,6 +305,8 @@ with open(a.raw, "a") as fh:
     fh.write(json.dumps(rec) + "\n")
 
 r = result or {}
+# goro-fair's lateness is null when its sleeper never woke (or there is none).
+ms = lambda k: "–" if r.get(k) is None else "%.2f" % r[k]
 w = rec.get("sample", {}).get("workers", {})
 dt = rec.get("sample", {}).get("dt") or 0
 cpu = "cpu %.2f, others %.2f" % (w["run"] / dt, rec["sample"]["others_cpus"]) if dt else "cpu ?"
@@ -313,9 +315,9 @@ if error:
     for l in rec["stderr_tail"][-5:]:
         print("        " + l)
 else:
-    print("   %-4s %s %-22s rep %d: jain %.4f min/max %.3f thr %.3g/s (%s) p50 %.2f p99 %.2f ms%s" % (
+    print("   %-4s %s %-22s rep %d: jain %.4f min/max %.3f thr %.3g/s (%s) p50 %s p99 %s ms%s" % (
         a.impl, a.scenario, a.variant, a.rep, r.get("jain", 0), r.get("min_max", 0), r.get("throughput", 0), cpu,
-        r.get("p50_ms", 0), r.get("p99_ms", 0),
+        ms("p50_ms"), ms("p99_ms"),
         "" if "async_preemptions" not in r else "  preemptions %d" % r["async_preemptions"]))
 sys.stdout.flush()
 PY

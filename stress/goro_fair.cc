@@ -87,7 +87,8 @@ ABSL_FLAG(std::string, plot, "",
           "here (needs gnuplot; a file already there is replaced only if it is a PNG, an earlier chart)");
 ABSL_FLAG(bool, json, false,
           "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
-          "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window)");
+          "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window; "
+          "p50_ms, p99_ms and max_ms are null when the sleeper never woke or there is none)");
 ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
 ABSL_FLAG(bool, turn_stats, false,
           "spin workload: time every turn on a P and report turn lengths, iteration rates and time shares");
@@ -862,14 +863,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(st.steals), st.threads);
 
   if (absl::GetFlag(FLAGS_json)) {
+    // No wake-up (no sleeper, or one that never woke) has no lateness: null,
+    // not a perfect 0.
+    auto ms = [&](double v) { return lateness_ms.empty() ? std::string("null") : absl::StrFormat("%.4f", v); };
     std::printf(
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
-        "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
+        "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%s,\"p99_ms\":%s,\"max_ms\":%s,"
         "\"wakeups\":%zu,\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu,"
         "\"window_async_preemptions\":%llu,\"window_cooperative_preemptions\":%llu,\"window_signals\":%llu%s}\n",
         workload.c_str(), used.max_procs, n, static_cast<long long>(absl::ToInt64Microseconds(used_slice)),
-        used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), p50, p99,
-        lmax, lateness_ms.size(), static_cast<unsigned long long>(st.async_preemptions),
+        used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), ms(p50).c_str(),
+        ms(p99).c_str(), ms(lmax).c_str(), lateness_ms.size(), static_cast<unsigned long long>(st.async_preemptions),
         static_cast<unsigned long long>(st.cooperative_preemptions),
         static_cast<unsigned long long>(st.preempt_signals_sent),
         static_cast<unsigned long long>(st1.async_preemptions - st0.async_preemptions),

@@ -43,6 +43,14 @@ Output RunFair(const std::string& args, const std::string& env = "") {
   return o;
 }
 
+// The number after `key` in `text` (a JSON field), or -1.
+long long JsonInt(const std::string& text, const std::string& key) {
+  size_t at = text.find("\"" + key + "\":");
+  long long v = -1;
+  if (at == std::string::npos || sscanf(text.c_str() + at + key.size() + 3, "%lld", &v) != 1) return -1;
+  return v;
+}
+
 // Four spinners on 2 Ps for a second, 10 ms slices: each gets its turns (about
 // 50) and a fair share of the Ps' time, and the turns account for nearly all of
 // that time but never more (at most one goroutine holds a P at a time; a turn
@@ -144,6 +152,24 @@ TEST(FairRunnerTest, ASleeperThatNeverWokeFailsTheLatencyCheck) {
   EXPECT_TRUE(absl::StrContains(o.text, "Sleeper (sleeps 1ms): never woke in the measured window")) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, "FAIL: the sleeper never woke")) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, "\"wakeups\":0,")) << o.text;
+}
+
+// With no wake-up there is no lateness: --json gave p50_ms, p99_ms and
+// max_ms 0 (a perfect sleeper) for a starved sleeper and for none at all.
+TEST(FairRunnerTest, JsonLatenessIsNullWithoutWakeUps) {
+  for (const char* args : {"--async_preemption=false --procs=1 --goroutines=1 --seconds=0.3 --json",
+                           "--sleeper=false --procs=1 --goroutines=2 --seconds=0.2 --json"}) {
+    Output o = RunFair(args);
+    ASSERT_EQ(o.exit_code, 0) << args << "\n" << o.text;
+    EXPECT_TRUE(absl::StrContains(o.text, "\"p50_ms\":null,\"p99_ms\":null,\"max_ms\":null,\"wakeups\":0,"))
+        << args << "\n" << o.text;
+  }
+  // A sleeper that woke has figures (a P of its own: it wakes even
+  // without async preemption).
+  Output o = RunFair("--procs=2 --goroutines=1 --seconds=0.3 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_FALSE(absl::StrContains(o.text, "null")) << o.text;
+  EXPECT_GE(JsonInt(o.text, "wakeups"), 1) << o.text;
 }
 
 // Flags that cannot work together, or a chart that cannot be written, are
@@ -266,14 +292,6 @@ TEST(FairRunnerTest, GoroutinesStillStartingAfterTenSecondsAreAnError) {
   EXPECT_EQ(o.exit_code, 2) << o.text;
   EXPECT_TRUE(absl::StartsWith(o.text, "goro-fair: after 10s only ")) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, " of 4 goroutines had started, and more were still starting")) << o.text;
-}
-
-// The number after `key` in `text` (a JSON field), or -1.
-long long JsonInt(const std::string& text, const std::string& key) {
-  size_t at = text.find("\"" + key + "\":");
-  long long v = -1;
-  if (at == std::string::npos || sscanf(text.c_str() + at + key.size() + 3, "%lld", &v) != 1) return -1;
-  return v;
 }
 
 // Preemptions are counted over the window apart from the whole run. The
