@@ -8,7 +8,8 @@
 //   ./echo_server --seconds=30    # exit after 30 s
 //
 // It prints "listening on 127.0.0.1:PORT" once the socket listens, so a
-// script can start it and read the port. Loopback only.
+// script can start it and read the port. Loopback only. A bad flag value is
+// one line on stderr and exit status 2.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -66,21 +68,34 @@ int Listen(int port) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // htons() would keep the low 16 bits of a bigger port (70000 is 4464), and
+  // a negative or NaN --seconds would run until killed.
+  const int port = absl::GetFlag(FLAGS_port);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  if (port < 0 || port > 65535) {
+    std::fprintf(stderr, "echo_server: --port=%d: want 0 (a free port) to 65535\n", port);
+    return 2;
+  }
+  if (!(seconds >= 0 && std::isfinite(seconds))) {
+    std::fprintf(stderr,
+                 "echo_server: --seconds=%g: want 0 (run until killed) or a finite number of seconds\n",
+                 seconds);
+    return 2;
+  }
   rlimit files{};  // one descriptor per connection: allow as many as we may (Go does too)
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
-  const double seconds = absl::GetFlag(FLAGS_seconds);
   goro::Options opts;
   opts.max_procs = absl::GetFlag(FLAGS_procs);
   int status = 0;
   goro::Run(
       [&] {
-        int lfd = Listen(absl::GetFlag(FLAGS_port));
+        int lfd = Listen(port);
         if (lfd < 0) {
-          std::fprintf(stderr, "echo_server: cannot listen on 127.0.0.1:%d: %s\n",
-                       absl::GetFlag(FLAGS_port), std::strerror(errno));
+          std::fprintf(stderr, "echo_server: cannot listen on 127.0.0.1:%d: %s\n", port,
+                       std::strerror(errno));
           status = 1;
           return;
         }

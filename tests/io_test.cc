@@ -31,6 +31,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -2158,6 +2159,42 @@ TEST_F(IoTest, TenThousandConnectionsToAGoroServerProcess) {
           ok_clients.load(), peak.load());
   EXPECT_EQ(ok_clients.load(), kConns) << "first error: " << first_error;
   EXPECT_EQ(peak.load(), kConns) << "the connections were not all open at once";
+}
+
+// The exit status and the output (stdout and stderr) of `program args`,
+// killed after 10 s (coreutils' timeout: status 124).
+std::pair<int, std::string> RunExample(const char* program, const std::string& args) {
+  std::string cmd = absl::StrCat("timeout 10 '", program, "' ", args, " 2>&1");
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, out};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// echo_server gave htons() any int: --port=70000 listened on 4464 and
+// --port=-1 on 65535. A negative or NaN --seconds ran until killed. Each is
+// now one line and status 2, before anything listens.
+TEST(EchoExampleTest, EchoServerRejectsAPortOrDurationOutOfRange) {
+  if (access(GORO_ECHO_SERVER_PATH, X_OK) != 0) GTEST_SKIP() << "the examples are not built";
+  const std::pair<const char*, const char*> cases[] = {
+      {"--port=70000", "echo_server: --port=70000: want 0 (a free port) to 65535\n"},
+      {"--port=-1", "echo_server: --port=-1: want 0 (a free port) to 65535\n"},
+      {"--port=0 --seconds=-1",
+       "echo_server: --seconds=-1: want 0 (run until killed) or a finite number of seconds\n"},
+      {"--port=0 --seconds=nan",
+       "echo_server: --seconds=nan: want 0 (run until killed) or a finite number of seconds\n"},
+      {"--port=0 --seconds=inf",
+       "echo_server: --seconds=inf: want 0 (run until killed) or a finite number of seconds\n"},
+  };
+  for (const auto& [args, line] : cases) {
+    auto [status, out] = RunExample(GORO_ECHO_SERVER_PATH, args);
+    EXPECT_EQ(status, 2) << args << "\n" << out;
+    EXPECT_EQ(out, line) << args;
+  }
 }
 
 // ---------------------------------------------------------------------------
