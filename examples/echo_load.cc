@@ -29,7 +29,8 @@
 // stops early after --seconds if they are not done.
 //
 // Loopback only: the server address must be 127.0.0.1. The soft limit on open
-// files is raised to the hard limit at start.
+// files is raised to the hard limit at start. A bad flag value is one line on
+// stderr (not a FAIL) and exit status 2.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -107,6 +108,14 @@ template <typename... Args>
   fputs(line.c_str(), stderr);
   fflush(stdout);
   _exit(1);
+}
+
+// A bad flag value: one line, status 2.
+template <typename... Args>
+[[noreturn]] void Usage(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
+  std::string line = absl::StrCat("echo_load: ", absl::StrFormat(fmt, args...), "\n");
+  fputs(line.c_str(), stderr);
+  exit(2);
 }
 
 int64_t NowNs() {
@@ -516,7 +525,7 @@ int ParsePort(std::string s) {
   if (!absl::ConsumePrefix(&v, "127.0.0.1:")) absl::ConsumePrefix(&v, "localhost:");
   int port = 0;
   if (!absl::SimpleAtoi(v, &port) || port <= 0 || port > 65535) {
-    Fail("--server=%s: want inproc, 127.0.0.1:PORT or PORT (loopback only)", s);
+    Usage("--server=%s: want inproc, 127.0.0.1:PORT or PORT (loopback only)", s);
   }
   return port;
 }
@@ -539,12 +548,28 @@ int main(int argc, char** argv) {
   const Config cfg{absl::GetFlag(FLAGS_conns), absl::GetFlag(FLAGS_size),
                    absl::GetFlag(FLAGS_messages), absl::GetFlag(FLAGS_reply_timeout)};
   const double seconds = absl::GetFlag(FLAGS_seconds);
-  const double warmup = cfg.messages > 0 ? 0 : absl::GetFlag(FLAGS_warmup);
-  const int threads = std::max(1, std::min(absl::GetFlag(FLAGS_threads), cfg.conns));
-  if (cfg.conns < 1) Fail("--conns must be at least 1");
-  if (cfg.size < 1 || cfg.size > kMaxSize) Fail("--size must be in 1..%d", kMaxSize);
-  if (seconds <= 0 || warmup < 0) Fail("--seconds must be > 0 and --warmup >= 0");
-  if (client != "goro" && client != "epoll") Fail("--client=%s: want goro or epoll", client);
+  const double warmup_flag = absl::GetFlag(FLAGS_warmup);
+  const int threads_flag = absl::GetFlag(FLAGS_threads);
+  // The timekeeper and the watchdog wait for these many seconds: NaN, an
+  // infinity or a span that overflows the clock ended their waits at once,
+  // and the run was reported as hung.
+  constexpr double kMaxSeconds = 86400;
+  if (cfg.conns < 1) Usage("--conns=%d: want 1 or more", cfg.conns);
+  if (cfg.size < 1 || cfg.size > kMaxSize) Usage("--size=%d: want 1 to %d", cfg.size, kMaxSize);
+  if (!(seconds > 0 && seconds <= kMaxSeconds)) {
+    Usage("--seconds=%g: want more than 0, at most %g", seconds, kMaxSeconds);
+  }
+  if (!(warmup_flag >= 0 && warmup_flag <= kMaxSeconds)) {
+    Usage("--warmup=%g: want 0 to %g", warmup_flag, kMaxSeconds);
+  }
+  if (cfg.messages < 0) Usage("--messages=%d: want 0 (run for --seconds) or more", cfg.messages);
+  if (threads_flag < 1) Usage("--threads=%d: want 1 or more", threads_flag);
+  if (cfg.reply_timeout <= absl::ZeroDuration() || cfg.reply_timeout > absl::Seconds(kMaxSeconds)) {
+    Usage("--reply_timeout=%s: want more than 0, at most 24h", absl::FormatDuration(cfg.reply_timeout));
+  }
+  if (client != "goro" && client != "epoll") Usage("--client=%s: want goro or epoll", client);
+  const double warmup = cfg.messages > 0 ? 0 : warmup_flag;
+  const int threads = std::min(threads_flag, cfg.conns);  // no thread without a connection
   const int port_flag = inproc ? 0 : ParsePort(server);
   g_server_pid = absl::GetFlag(FLAGS_server_pid);
   RaiseFileLimit(cfg.conns * (inproc ? 2 : 1) + 64);

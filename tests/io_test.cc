@@ -2197,6 +2197,26 @@ TEST(EchoExampleTest, EchoServerRejectsAPortOrDurationOutOfRange) {
   }
 }
 
+// echo_load took --seconds=nan or inf and --warmup=nan, and then reported
+// "FAIL: hung" (its watchdog's wait ended at once); --messages=-5 ran for
+// --seconds, and --threads=0 ran one thread. Each is now one line, status 2.
+TEST(EchoExampleTest, EchoLoadRejectsBadCountsAndDurations) {
+  if (access(GORO_ECHO_LOAD_PATH, X_OK) != 0) GTEST_SKIP() << "the examples are not built";
+  const std::pair<const char*, const char*> cases[] = {
+      {"--seconds=nan", "echo_load: --seconds=nan: want more than 0, at most 86400\n"},
+      {"--seconds=inf", "echo_load: --seconds=inf: want more than 0, at most 86400\n"},
+      {"--seconds=0.2 --warmup=nan", "echo_load: --warmup=nan: want 0 to 86400\n"},
+      {"--seconds=0.2 --messages=-5", "echo_load: --messages=-5: want 0 (run for --seconds) or more\n"},
+      {"--seconds=0.2 --client=epoll --threads=0", "echo_load: --threads=0: want 1 or more\n"},
+      {"--seconds=0.2 --reply_timeout=inf", "echo_load: --reply_timeout=inf: want more than 0, at most 24h\n"},
+  };
+  for (const auto& [args, line] : cases) {
+    auto [status, out] = RunExample(GORO_ECHO_LOAD_PATH, absl::StrCat("--conns=2 ", args));
+    EXPECT_EQ(status, 2) << args << "\n" << out;
+    EXPECT_EQ(out, line) << args;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Regular files: epoll refuses them, so io falls back to a marked blocking
 // call. Fails if the fallback is missing (epoll_ctl's EPERM would surface as
