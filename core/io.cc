@@ -168,7 +168,7 @@ absl::Status WaitReady(PollDesc* pd, int fd, uint64_t seq, Mode mode, int64_t de
 }
 
 // The fd's turn for one direction (PollDesc::AcquireOps, Go's fdMutex),
-// held for the rest of an operation on a polled fd.
+// held for the rest of an operation on any kind of file.
 class OpsTurn {
  public:
   OpsTurn() = default;
@@ -264,10 +264,16 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   uint64_t seq;
   bool pollable, stream;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  int64_t dl = internal::DeadlineNanos(deadline);
+  // One Read at a time on every kind of file, as Go's os.File and netFD
+  // take fdMutex: two readers of a blocking stream would otherwise both
+  // find it readable, and the one that gets nothing block in read(2).
+  internal::OpsTurn turn;
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   if (!pollable) {
     // A process sharing the stream may take the data between poll(2) and
     // read(2); the read then waits for more, past the deadline.
-    if (int64_t dl = internal::DeadlineNanos(deadline); stream && dl != 0) {
+    if (stream && dl != 0) {
       if (absl::Status s = internal::PollBlocking(fd, POLLIN, dl); !s.ok()) return s;
     }
     for (;;) {
@@ -277,9 +283,6 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
       if (const int err = internal::Errno(); err != EINTR) return internal::ErrnoStatus(err, "read", fd);
     }
   }
-  int64_t dl = internal::DeadlineNanos(deadline);
-  internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   if (dl >= 0 && pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
     // Not with a deadline already passed: such a Read means "what is there
@@ -313,10 +316,11 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   int64_t dl = internal::DeadlineNanos(deadline);
-  internal::OpsTurn turn;  // one Write at a time: its bytes are not interleaved with another's
-  if (pollable) {
-    if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
-  }
+  // One Write at a time on every kind of file: its bytes are not
+  // interleaved with another's, and on a blocking stream the poll(2) before
+  // each chunk is not raced by another writer filling the room it found.
+  internal::OpsTurn turn;
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
   while (done < n) {
     ssize_t r;
     if (pollable) {
@@ -361,9 +365,7 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (pollable) {
-    if (absl::Status s = turn.Take(pd, listen_fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
-  }
+  if (absl::Status s = turn.Take(pd, listen_fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
@@ -388,9 +390,7 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (pollable) {
-    if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
-  }
+  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
   int err = 0;
   bool retried = false;
   while (::connect(fd, addr, len) < 0) {
@@ -440,11 +440,11 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   uint64_t seq;
   bool pollable, stream;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
-  if (stream) return internal::PollBlocking(fd, POLLIN, internal::DeadlineNanos(deadline));
-  if (!pollable) return absl::OkStatus();  // regular files are always ready
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (stream) return internal::PollBlocking(fd, POLLIN, dl);
+  if (!pollable) return absl::OkStatus();  // regular files are always ready
   return internal::WaitReady(pd, fd, seq, Mode::kRead, dl);
 }
 
@@ -454,11 +454,11 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   uint64_t seq;
   bool pollable, stream;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
-  if (stream) return internal::PollBlocking(fd, POLLOUT, internal::DeadlineNanos(deadline));
-  if (!pollable) return absl::OkStatus();
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (stream) return internal::PollBlocking(fd, POLLOUT, dl);
+  if (!pollable) return absl::OkStatus();
   return internal::WaitReady(pd, fd, seq, Mode::kWrite, dl);
 }
 

@@ -2411,6 +2411,164 @@ TEST(IoChildTest, WriteDeadlineOnABlockingStdoutIsKept) {
   EXPECT_EXIT(BlockingStdoutWriteDeadlineChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// Two goroutines Write 256 KiB each to a blocking stdout (a pipe) whose
+// reader starts 100 ms later, so that both find it full. Fails if their
+// bytes interleave: Writes to a stream the poller does not watch take turns
+// too, as Go's os.File's do. Without a deadline each blocks in one write(2),
+// which the pipe takes piecewise as it drains, from either writer in turn;
+// with one, each writes PIPE_BUF bytes after each poll(2), and the chunks
+// alternate.
+[[noreturn]] void ConcurrentStdoutWritesChild(bool with_deadline) {
+  goro_test::Watchdog dog(absl::Seconds(30), "concurrent Writes to a blocking stdout");
+  int p[2];
+  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
+  close(p[1]);
+  constexpr size_t kEach = 256 << 10;
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char buf[8192];
+    for (;;) {
+      ssize_t r = read(p[0], buf, sizeof buf);
+      if (r <= 0) break;
+      got.append(buf, r);
+    }
+  });
+  goro_test::RunBounded([&] {
+    goro::WaitGroup wg;
+    wg.Add(2);
+    for (char c : {'a', 'b'}) {
+      goro::Go([&, c] {
+        std::string data(kEach, c);
+        absl::StatusOr<size_t> w = io::Write(STDOUT_FILENO, data.data(), data.size(),
+                                             with_deadline ? In(absl::Seconds(20)) : absl::InfiniteFuture());
+        CHILD_CHECK(w.ok() && *w == kEach, "Write of '%c's: %s", c, w.status().ToString().c_str());
+        wg.Done();
+      });
+    }
+    wg.Wait();
+  });
+  const int flags = fcntl(STDOUT_FILENO, F_GETFL);
+  CHILD_CHECK(flags >= 0 && (flags & O_NONBLOCK) == 0, "stdout was polled, not a blocking stream (flags %#x)", flags);
+  close(STDOUT_FILENO);  // the reader's end of file
+  reader.join();
+  CHILD_CHECK(got.size() == 2 * kEach, "read %zu bytes of %zu", got.size(), 2 * kEach);
+  size_t runs = got.empty() ? 0 : 1;
+  for (size_t i = 1; i < got.size(); ++i) runs += got[i] != got[i - 1];
+  CHILD_CHECK(runs == 2, "the two Writes' bytes came in %zu runs, not 2: interleaved", runs);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, ConcurrentWritesToABlockingStdoutDoNotInterleave) {
+  EXPECT_EXIT(ConcurrentStdoutWritesChild(/*with_deadline=*/false), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(IoChildTest, ConcurrentWritesWithDeadlinesToABlockingStdoutDoNotInterleave) {
+  EXPECT_EXIT(ConcurrentStdoutWritesChild(/*with_deadline=*/true), ::testing::ExitedWithCode(0), "");
+}
+
+// Two goroutines Write 256 KiB each with a 300 ms deadline to a blocking
+// stdout (a pipe) that nobody reads: both must fail with DeadlineExceeded
+// at about their deadline. Fails (a Write still under way 10 s later, freed
+// then by draining the pipe) if they poll(2) side by side: both find room
+// for PIPE_BUF bytes, one takes it, and the other's write(2) blocks until
+// the pipe is read.
+[[noreturn]] void ConcurrentStdoutWriteDeadlinesChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "concurrent Writes with deadlines to a blocking stdout nobody reads");
+  int p[2];
+  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
+  close(p[1]);
+  goro_test::RunBounded([&] {
+    std::atomic<int> returned{0};
+    absl::Status status[2];
+    absl::Duration took[2];
+    goro::WaitGroup wg;
+    wg.Add(2);
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < 2; ++i) {
+      goro::Go([&, i] {
+        std::string data(256 << 10, static_cast<char>('a' + i));
+        status[i] = io::Write(STDOUT_FILENO, data.data(), data.size(), t0 + absl::Milliseconds(300)).status();
+        took[i] = absl::Now() - t0;
+        returned.fetch_add(1);
+        wg.Done();
+      });
+    }
+    if (!goro_test::Eventually([&] { return returned.load() == 2; }, absl::Seconds(10))) {
+      CHILD_CHECK(false, "a Write with a 300 ms deadline was still under way 10 s later");
+      std::thread([fd = p[0]] {  // free it
+        char buf[8192];
+        while (read(fd, buf, sizeof buf) > 0) {
+        }
+      }).detach();
+    }
+    wg.Wait();
+    for (int i = 0; i < 2; ++i) {
+      CHILD_CHECK(absl::IsDeadlineExceeded(status[i]), "Write %d: %s", i, status[i].ToString().c_str());
+      CHILD_CHECK(took[i] < absl::Seconds(5), "Write %d took %s", i, absl::FormatDuration(took[i]).c_str());
+    }
+  });
+  const int flags = fcntl(STDOUT_FILENO, F_GETFL);
+  CHILD_CHECK(flags >= 0 && (flags & O_NONBLOCK) == 0, "stdout was polled, not a blocking stream (flags %#x)", flags);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, ConcurrentWritesToABlockingStdoutNobodyReadsKeepTheirDeadlines) {
+  EXPECT_EXIT(ConcurrentStdoutWriteDeadlinesChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// Two goroutines Read a blocking stdin (a pipe) with a 300 ms deadline; one
+// byte comes 50 ms in, then nothing. One Read gets it, and the other must
+// fail with DeadlineExceeded at its deadline. Fails (a Read still under way
+// 10 s later, freed then by a second byte) if they poll(2) side by side:
+// both wake for the one byte, and the one whose read(2) finds the pipe
+// empty again blocks there.
+[[noreturn]] void ConcurrentStdinReadDeadlinesChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "concurrent Reads with deadlines of a blocking stdin");
+  int p[2];
+  if (pipe(p) != 0 || dup2(p[0], STDIN_FILENO) != STDIN_FILENO) _exit(3);
+  close(p[0]);
+  goro_test::RunBounded([&] {
+    std::atomic<int> returned{0};
+    absl::StatusOr<size_t> result[2] = {absl::UnknownError("not run"), absl::UnknownError("not run")};
+    char got[2] = {0, 0};
+    absl::Duration took[2];
+    goro::WaitGroup wg;
+    wg.Add(2);
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < 2; ++i) {
+      goro::Go([&, i] {
+        result[i] = io::Read(STDIN_FILENO, &got[i], 1, t0 + absl::Milliseconds(300));
+        took[i] = absl::Now() - t0;
+        returned.fetch_add(1);
+        wg.Done();
+      });
+    }
+    goro::SleepFor(absl::Milliseconds(50));
+    CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+    if (!goro_test::Eventually([&] { return returned.load() == 2; }, absl::Seconds(10))) {
+      CHILD_CHECK(false, "a Read with a 300 ms deadline was still under way 10 s later");
+      CHILD_CHECK(write(p[1], "y", 1) == 1, "write: %s", strerror(errno));  // free it
+    }
+    wg.Wait();
+    int got_x = 0, timed_out = 0;
+    for (int i = 0; i < 2; ++i) {
+      got_x += result[i].ok() && *result[i] == 1 && got[i] == 'x';
+      timed_out += absl::IsDeadlineExceeded(result[i].status()) && took[i] < absl::Seconds(5);
+    }
+    CHILD_CHECK(got_x == 1 && timed_out == 1, "Reads: %s after %s, %s after %s", result[0].status().ToString().c_str(),
+                absl::FormatDuration(took[0]).c_str(), result[1].status().ToString().c_str(),
+                absl::FormatDuration(took[1]).c_str());
+  });
+  const int flags = fcntl(STDIN_FILENO, F_GETFL);
+  CHILD_CHECK(flags >= 0 && (flags & O_NONBLOCK) == 0, "stdin was polled, not a blocking stream (flags %#x)", flags);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, ConcurrentReadsOfABlockingStdinKeepTheirDeadlines) {
+  EXPECT_EXIT(ConcurrentStdinReadDeadlinesChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // Only the files a standard stream held when the runtime started are left
 // blocking. A socket the program creates after closing stdin gets number 0,
 // and is the program's own: polled, so io::Close wakes a goroutine reading it.

@@ -16,13 +16,14 @@
 // started, unless those are sockets. They are usually shared with other
 // processes (the shell's terminal), which would see O_NONBLOCK too. Their
 // deadlines are kept by poll(2) in that region (unless another process
-// takes the data first), and io::Close does not wake a goroutine waiting
-// on them.
+// takes the data first), and io::Close does not wake a goroutine blocked in
+// that region on them.
 //
-// Operations take turns, as Go's do (its fdMutex): one Read, Accept or
-// WaitReadable at a time per fd, and one Write, Connect or WaitWritable; the
-// others wait in order of arrival, each until its own deadline. So the bytes
-// of concurrent Writes are never interleaved, and several goroutines may
+// Operations take turns, as Go's do (its fdMutex), on every kind of file,
+// polled or not: one Read, Accept or WaitReadable at a time per fd, and one
+// Write, Connect or WaitWritable; the others wait in order of arrival, each
+// until its own deadline (io::Close ends their wait). So the bytes of
+// concurrent Writes are never interleaved, and several goroutines may
 // Accept on one listener.
 //
 // Errors are absl::Status values, never crashes:
