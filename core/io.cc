@@ -270,6 +270,10 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   // find it readable, and the one that gets nothing block in read(2).
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  // A Read of nothing returns at once, as Go's does once it has its turn:
+  // neither the wait after a short TCP read nor a stream's poll(2) below
+  // may make it wait for data it would not take.
+  if (n == 0) return size_t{0};
   if (!pollable) {
     // A process sharing the stream may take the data between poll(2) and
     // read(2); the read then waits for more, past the deadline.

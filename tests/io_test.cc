@@ -1545,6 +1545,48 @@ TEST_F(IoTest, ShortTcpReadWaitsForTheEdgeWithoutAnotherRead) {
   EXPECT_LT(reads, 2 * kRounds + kRounds / 4) << "the server tries a read before waiting";
 }
 
+// A Read of 0 bytes returns 0 at once, as read(2) and Go's Read(p[:0]) do,
+// also right after a short TCP read (whose mark makes the next Read wait for
+// an edge first); the mark still holds for the Read after it. A Write of 0
+// bytes returns 0 at once, here on a socket whose send buffer is full.
+// Fails (the 0-byte Read waits until its 5 s deadline) if the short read's
+// wait comes before the length is looked at.
+TEST_F(IoTest, ZeroLengthReadAndWriteReturnAtOnce) {
+  int client, server;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  goro_test::RunBounded(
+      [&] {
+        char buf[64];
+        ASSERT_EQ(write(client, "abc", 3), 3);
+        absl::StatusOr<size_t> r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok() && *r == 3) << r.status();  // short: 3 of 64
+        ASSERT_TRUE(goro::internal::PollDescFor(server)->drained.load());
+        auto t0 = Now();
+        r = io::Read(server, buf, 0, In(absl::Seconds(5)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(*r, 0u);
+        EXPECT_LT(Since(t0), absl::Seconds(2)) << "a 0-byte Read waited for data";
+        EXPECT_TRUE(goro::internal::PollDescFor(server)->drained.load());
+        ASSERT_EQ(write(client, "de", 2), 2);
+        r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(std::string(buf, *r), "de");
+        // Fill the send buffer (the client reads nothing).
+        std::vector<char> block(64 << 10, 'x');
+        while (send(server, block.data(), block.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+        }
+        ASSERT_EQ(errno, EAGAIN);
+        t0 = Now();
+        absl::StatusOr<size_t> w = io::Write(server, block.data(), 0, In(absl::Seconds(5)));
+        ASSERT_TRUE(w.ok()) << w.status();
+        EXPECT_EQ(*w, 0u);
+        EXPECT_LT(Since(t0), absl::Seconds(2)) << "a 0-byte Write waited for room";
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(io::Close(server).ok());
+  close(client);
+}
+
 // Data and the peer's FIN in one segment (TCP_CORK holds the data until
 // shutdown adds the FIN): the poller reports them with one edge, which wakes
 // the parked reader. Its read returns the data, short, but the FIN is still

@@ -53,10 +53,12 @@
 
 namespace goro::io {
 
-// Reads up to n bytes; returns how many (0 at end of file).
+// Reads up to n bytes; returns how many (0 at end of file). With n == 0 it
+// returns 0 once it has its turn, without waiting for data, as Go's does.
 absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline = absl::InfiniteFuture());
 // Writes all n bytes (completing partial writes); returns n, or an error with
-// some bytes possibly written.
+// some bytes possibly written. With n == 0 it returns 0 once it has its
+// turn, without waiting for room.
 absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n,
                              absl::Time deadline = absl::InfiniteFuture());
 // Accepts a connection; the new fd is non-blocking and close-on-exec.
