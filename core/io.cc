@@ -328,8 +328,10 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   while (done < n) {
     ssize_t r;
     if (pollable) {
-      r = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
-      if (r < 0 && internal::Errno() == ENOTSOCK) {
+      // A socket that is not one any more (closed with plain close(2), the
+      // number reused for a pipe) says ENOTSOCK: written as a pipe.
+      r = pd->socket ? ::send(fd, p + done, n - done, MSG_NOSIGNAL) : -1;
+      if (!pd->socket || (r < 0 && internal::Errno() == ENOTSOCK)) {
         internal::tls_in_io_write = true;  // a pipe: SIGPIPE becomes EPIPE
         r = ::write(fd, p + done, n - done);
         internal::tls_in_io_write = false;

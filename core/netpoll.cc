@@ -154,6 +154,17 @@ bool IsInheritedStream(int fd) {
   return f.open && f.dev == st.st_dev && f.ino == st.st_ino;
 }
 
+// Whether fd is a socket, and its protocol (*protocol, 0 if unknown). It is
+// taken for one unless the kernel says it is not (ENOTSOCK): a kernel
+// without SO_PROTOCOL (before 2.6.32) refuses the question with ENOPROTOOPT.
+bool SocketProtocol(int fd, int* protocol) {
+  *protocol = 0;
+  socklen_t len = sizeof *protocol;
+  if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, protocol, &len) == 0) return true;
+  *protocol = 0;
+  return Errno() != ENOTSOCK;
+}
+
 }  // namespace
 
 bool NetpollInited() { return inited.load(std::memory_order_acquire); }
@@ -244,14 +255,16 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
     if ((flags & O_NONBLOCK) == 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     state = Registration::kPolled;
     int protocol = 0;
-    socklen_t len = sizeof protocol;
-    tcp = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP;
+    socket = SocketProtocol(fd, &protocol);
+    tcp = protocol == IPPROTO_TCP;
   } else if (const int err = Errno(); err == EPERM) {  // Errno(): this goroutine may have parked above
     state = Registration::kNotPollable;  // a regular file or a directory
   } else if (err == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
     // Already in the epoll set (epoll keys an entry on the open file and the
     // number): it now carries this seq's tag.
     state = Registration::kPolled;
+    int protocol = 0;
+    socket = SocketProtocol(fd, &protocol);
     tcp = false;
   } else {
     lock.Unlock();

@@ -126,6 +126,11 @@ struct PollDesc {
   uint64_t seq = 0;
   bool rready = false;  // readiness latched from an edge-triggered event
   bool wready = false;
+  // A socket (getsockopt does not say ENOTSOCK), noted when the fd is
+  // registered: io::Write sends on it with send(MSG_NOSIGNAL), and writes
+  // anything else (a pipe, an eventfd, a tty) with write(2) straight away,
+  // not after a send that says ENOTSOCK - two system calls per chunk.
+  bool socket = false;
   // A TCP socket: a read that returns less than asked for has emptied the
   // receive queue, and anything that arrives later raises a new edge.
   bool tcp = false;
