@@ -339,8 +339,10 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
     } else {
       size_t chunk = n - done;
       if (stream && dl != 0) {
-        // POLLOUT promises room for PIPE_BUF bytes, no more: a larger write
-        // would block until all of it fits, past the deadline.
+        // POLLOUT on a pipe promises room for PIPE_BUF bytes, no more: a
+        // larger write would block until all of it fits, past the deadline.
+        // On a terminal it promises some room, not how much: no size is
+        // safe there, and the deadline is not kept (io.h).
         if (absl::Status s = internal::PollBlocking(fd, POLLOUT, dl); !s.ok()) return s;
         chunk = std::min<size_t>(chunk, PIPE_BUF);
       }

@@ -16,8 +16,12 @@
 // started, unless those are sockets. They are usually shared with other
 // processes (the shell's terminal), which would see O_NONBLOCK too. Their
 // deadlines are kept by poll(2) in that region (unless another process
-// takes the data first), and io::Close does not wake a goroutine blocked in
-// that region on them.
+// takes the data, or fills the room, first), but for one case: a deadline
+// on a Write to a terminal is not kept. poll(2) says that a terminal has
+// room, not how much, and a write(2) that needs more waits until the
+// terminal has taken all of it, past the deadline - for good if nobody
+// reads the terminal. io::Close does not wake a goroutine blocked in that
+// region on them.
 //
 // Operations take turns, as Go's do (its fdMutex), on every kind of file,
 // polled or not: one Read, Accept or WaitReadable at a time per fd, and one
