@@ -81,9 +81,11 @@ bool CommitIoWait(G* g, void* arg) {
   const bool external = g->external;
   // Lock order: the PollDesc lock, then a timer lock (the timer callback
   // takes no PollDesc lock). Added before unlocking, so the poller cannot
-  // wake the waiter before its timer exists.
-  if (w->timer.f != nullptr) AddTimer(&w->timer);
+  // wake the waiter before its timer exists; the sleepers are told after,
+  // as sched.mu is not taken under a spin lock.
+  int64_t wake_at = w->timer.f != nullptr ? AddTimerQuietly(&w->timer) : 0;
   pd->lock.Unlock();
+  if (wake_at != 0) WakeForTimer(wake_at);
   // A goroutine's M polls when it finds nothing else to run; a plain thread
   // has no M, so it sees to it that one polls. (A goroutine wired with
   // LockOSThread leaves its M too: HandoffP sees to that one.)

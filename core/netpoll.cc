@@ -299,8 +299,9 @@ namespace {
 bool CommitOpWait(G* g, void* arg) {
   auto* w = static_cast<PollDesc::OpWaiter*>(arg);
   PollDesc* pd = w->pd;  // nothing of w is read after AddTimer (see CommitIoWait)
-  if (w->timer.f != nullptr) AddTimer(&w->timer);
+  int64_t wake_at = w->timer.f != nullptr ? AddTimerQuietly(&w->timer) : 0;
   pd->lock.Unlock();
+  if (wake_at != 0) WakeForTimer(wake_at);
   return true;
 }
 

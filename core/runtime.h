@@ -675,6 +675,11 @@ struct Timer {
   int32_t index = -1;   // position in p->timers, -1 when not in a heap
 };
 void AddTimer(Timer* t);
+// AddTimer without telling anyone that an earlier timer exists; returns the
+// time the caller must then pass to WakeForTimer, after it has released any
+// runtime lock it holds (which WakeForTimer's sched.mu and wake-ups must not
+// be taken under).
+int64_t AddTimerQuietly(Timer* t);
 // Removes t if it has not fired. On return t's callback is not running and
 // will not run. Returns true if it was removed before firing.
 bool DelTimer(Timer* t);

@@ -73,7 +73,9 @@ void UpdateTimer0(P* p) {
 
 }  // namespace
 
-void AddTimer(Timer* t) {
+void AddTimer(Timer* t) { WakeForTimer(AddTimerQuietly(t)); }
+
+int64_t AddTimerQuietly(Timer* t) {
   M* m = CurrentM();
   P* p = m != nullptr && m->p != nullptr ? m->p : sched.allp[FastRandN(sched.nprocs)];
   if (t->when <= 0) t->when = 1;  // 0 means "no timer" in timer0_when
@@ -86,7 +88,7 @@ void AddTimer(Timer* t) {
   SiftUp(p->timers, p->timers.size() - 1);
   UpdateTimer0(p);
   p->timers_lock.Unlock();
-  WakeForTimer(when);
+  return when;
 }
 
 bool DelTimer(Timer* t) {
