@@ -109,7 +109,11 @@
 // goroutine): the program waits for its goroutines - a global's destructor
 // stopping its workers and waiting for them - so they run again, as before
 // exit (ThawAfterExitFreeze, from the plain thread's Park, which is slow
-// anyway; a goroutine's park pays nothing). See docs/scheduler.md.
+// anyway; a goroutine's park pays nothing). It is a best effort that never
+// makes exit() hang: it also ends when the thread running exit() has waited
+// for about 100 ms, whatever for (a std::mutex a frozen goroutine holds, a
+// join), which sysmon watches for (WatchExitingThread in core/sysmon.cc).
+// See docs/scheduler.md.
 //
 // Choices and their reasons
 // -------------------------
@@ -765,18 +769,16 @@ void CheckDeadLocked(bool report_now) {
   }
   if (EarliestTimer() != 0) return;
   if (sched.netpoll_waiters.load() > 0) return;  // I/O may yet wake someone
+  // Goroutines set aside by the freeze at exit run again once it ends, and
+  // it ends when the thread running exit() waits for a while
+  // (WatchExitingThread in core/sysmon.cc): no deadlock before that. The
+  // check that follows the thaw, when the Ms go idle again, decides.
+  if (sched.frozen_gs != nullptr) return;
   if (!report_now) {
     AskSysmonToCheckForDeadlock();
     return;
   }
-  // While the freeze at exit is on, the goroutines made before exit() began
-  // are asleep for good (FreezeAtExit), even those that were runnable: only
-  // a plain thread's park ends the freeze, and none is awake to park. The
-  // dump shows them "frozen at exit".
-  FatalDumpAll(sched.frozen.load(std::memory_order_acquire)
-                   ? "all goroutines are asleep - deadlock! (during exit(): the goroutines that existed when it "
-                     "began are frozen and never run again)"
-                   : "all goroutines are asleep - deadlock!");
+  FatalDumpAll("all goroutines are asleep - deadlock!");
 }
 
 // ---------------------------------------------------------------------------
@@ -1255,9 +1257,9 @@ void ExitMThread(M* m) {
 
 // g existed when exit() began, and an M was about to run it: unless the
 // freeze has ended meanwhile (then false: run it), it is set aside instead,
-// on Sched::frozen_gs, as waiting, "frozen at exit" in dumps, until a plain
-// thread waits in goro (ThawAfterExitFreeze), if one ever does. If it is
-// wired, its M sleeps in StopLockedM until then. Under sched.mu, which orders
+// on Sched::frozen_gs, as waiting, "frozen at exit" in dumps, until the
+// freeze ends (ThawAfterExitFreeze), if it does. If it is wired, its M
+// sleeps in StopLockedM until then. Under sched.mu, which orders
 // it with the thaw: a goroutine is either on the list the thaw takes or run.
 bool FreezeOnG0(G* g) {
   absl::MutexLock lock(&sched.mu);
@@ -1270,13 +1272,18 @@ bool FreezeOnG0(G* g) {
   return true;
 }
 
-// Ends the freeze at exit, for good: a plain thread (not in Run's wait for
-// its own goroutine) is about to wait in goro while it is on - a global's
-// destructor waiting for the goroutines it started to stop, most often. The
-// program asked to wait for its goroutines, as it could before exit, so they
-// run again: every goroutine set aside is made runnable, and ScheduleOnG0
-// sets none aside from now on. The freeze protects programs that leave
-// goroutines running and do not wait for them.
+}  // namespace
+
+// Ends the freeze at exit, for good. Called when a plain thread is about to
+// wait in goro while it is on (other than in Run for Run's own goroutine) -
+// a global's destructor waiting for the goroutines it started to stop, most
+// often - and by sysmon when the thread running exit() has waited for about
+// kExitWaitThawNs (WatchExitingThread in core/sysmon.cc): for a lock or a
+// join that a frozen goroutine would end, say. The program waits for its
+// goroutines, as it could before exit, so they run again: every goroutine
+// set aside is made runnable, and ScheduleOnG0 sets none aside from now on.
+// The freeze protects programs that leave goroutines running and do not
+// wait for them; it never makes exit() wait for good.
 void ThawAfterExitFreeze() {
   {
     absl::MutexLock lock(&sched.mu);
@@ -1295,6 +1302,8 @@ void ThawAfterExitFreeze() {
   }
   WakeP();  // the M that finds work wakes another (ResetSpinning), and so on
 }
+
+namespace {
 
 // The scheduler loop of every M, on g0. Returns only when the M retires
 // (its goroutine exited wired): then its thread is to end.
@@ -1579,8 +1588,12 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
     // A plain thread waits for goroutines during exit (a global's destructor
     // waiting for its workers, say): the freeze ends. Before this thread
     // counts as asleep, so that no deadlock check sees the frozen ones as
-    // blocked for ever in between.
-    if (sched.frozen.load(std::memory_order_acquire) && !g->waits_in_run) [[unlikely]] {
+    // blocked for ever in between. Not for Run's wait for its own goroutine
+    // (which runs anyway if Run began during exit); decided by this wait's
+    // reason, not by the thread's state, since a signal handler may wait
+    // here (exit() from a SIGTERM handler, a global's destructor waiting for
+    // its workers) on top of a Run's wait that it interrupted.
+    if (sched.frozen.load(std::memory_order_acquire) && reason != WaitReason::kRunWait) [[unlikely]] {
       ThawAfterExitFreeze();
     }
     if (!g->external_uncounted && sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
@@ -1942,34 +1955,8 @@ constexpr int64_t kExitStopWaitNs = 20 * 1000 * 1000;
 // library code was refused.
 constexpr int64_t kExitAskAgainNs = 1000 * 1000;
 
-// The runtime's atexit handler, registered when it starts: exit() has begun.
-// In Go, returning from main ends every goroutine at once; here exit() goes on
-// to run the destructors of the program's globals, which goroutines still
-// running would use as they are destroyed. So the goroutines that exist now
-// are frozen: no M runs one of them again (ScheduleOnG0 sets it aside), and
-// each running one is asked to stop as sysmon asks a goroutine whose slice is
-// over (PreemptOne: the cooperative request, and the signal when async
-// preemption is on), then waited for, up to kExitStopWaitNs in all; sysmon
-// goes on asking at every look (core/sysmon.cc) one that a busy machine kept
-// off its CPU longer. Best effort: one that reaches no safe point (in a
-// blocking call, in
-// library code, in a loop without calls with async preemption off) runs on
-// until it next enters the scheduler, and the exit goes on without it. A
-// goroutine in a blocking call whose M has lost its P (or in a marked
-// region) gets the cooperative request only, and is not waited for: it stops
-// at its next goro call or Checkpoint(), or when it next blocks.
-// Goroutines made from now on by plain threads (a Run from an atexit handler
-// or a static destructor), and those they make, run normally (NewProc), as
-// does the goroutine that called exit(), if one did. The freeze lasts until a
-// plain thread waits in goro, if one does (ThawAfterExitFreeze): then all
-// run again, as before exit.
-void FreezeAtExit() {
-  if (G* self = CurrentGoroutine()) self->runs_during_exit.store(true, std::memory_order_relaxed);
-  goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
-  sched.frozen.store(true, std::memory_order_seq_cst);
-  sched.exiting.store(true, std::memory_order_seq_cst);
-  // A child of fork() that calls exit() has none of the runtime's threads.
-  if (!sched.started.load(std::memory_order_acquire) || in_forked_child) return;
+// FreezeAtExit's wait for the goroutines running when exit() began.
+void StopGoroutinesAtExit() {
   M* self_m = CurrentM();
   P* own = self_m != nullptr ? self_m->p : nullptr;
   for (M* m = sched.allm.load(std::memory_order_acquire); m != nullptr; m = m->alllink) {
@@ -2004,6 +1991,51 @@ void FreezeAtExit() {
     timespec pause = {0, 50 * 1000};
     nanosleep(&pause, nullptr);
   }
+}
+
+// The runtime's atexit handler, registered when it starts: exit() has begun.
+// In Go, returning from main ends every goroutine at once; here exit() goes on
+// to run the destructors of the program's globals, which goroutines still
+// running would use as they are destroyed. So the goroutines that exist now
+// are frozen: no M runs one of them again (ScheduleOnG0 sets it aside), and
+// each running one is asked to stop as sysmon asks a goroutine whose slice is
+// over (PreemptOne: the cooperative request, and the signal when async
+// preemption is on), then waited for, up to kExitStopWaitNs in all; sysmon
+// goes on asking at every look (core/sysmon.cc) one that a busy machine kept
+// off its CPU longer. Best effort: one that reaches no safe point (in a
+// blocking call, in library code, in a loop without calls with async
+// preemption off) runs on until it next enters the scheduler, and the exit
+// goes on without it. A goroutine in a blocking call whose M has lost its P
+// (or in a marked region) gets the cooperative request only, and is not
+// waited for: it stops at its next goro call or Checkpoint(), or when it
+// next blocks.
+// Goroutines made from now on by plain threads (a Run from an atexit handler
+// or a static destructor), and those they make, run normally (NewProc), as
+// does the goroutine that called exit(), if one did. The freeze lasts until a
+// plain thread waits in goro, if one does, or until this thread has waited
+// (made no CPU progress, asleep in the kernel) for about 100 ms, which
+// sysmon watches for (WatchExitingThread in core/sysmon.cc): then all run
+// again, as before exit (ThawAfterExitFreeze). The freeze never makes exit()
+// wait for good for a goroutine it froze.
+void FreezeAtExit() {
+  G* self = CurrentGoroutine();
+  if (self != nullptr) self->runs_during_exit.store(true, std::memory_order_relaxed);
+  goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
+  sched.frozen.store(true, std::memory_order_seq_cst);
+  sched.exiting.store(true, std::memory_order_seq_cst);
+  // A child of fork() that calls exit() has none of the runtime's threads.
+  if (!sched.started.load(std::memory_order_acquire) || in_forked_child) return;
+  // The goroutine that called exit() stays on this thread, the one sysmon
+  // watches (WatchExitingThread): a wait of the goroutine's is then a wait
+  // of the thread's (StopLockedM), and no other M runs the destructors.
+  if (self != nullptr) goro::LockOSThread();
+  StopGoroutinesAtExit();
+  // From now on sysmon watches this thread: one that waits during exit may
+  // be waiting for a frozen goroutine (for a lock it holds, for a thread
+  // whose Run it would let end), and would wait for ever.
+  pthread_getcpuclockid(pthread_self(), &sched.exit_cpu_clock);
+  sched.exit_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
+  sched.sysmon_note.Wakeup();  // it may sleep until a P runs, and none may
 }
 
 }  // namespace
@@ -2177,13 +2209,10 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     internal::SemRelease(&done, &done_waiters, false);
   };
   internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);
-  // A plain thread's wait here does not end the freeze at exit
-  // (ThawAfterExitFreeze): a Run begun during exit runs its goroutines
-  // anyway, and one begun before belongs to the program that is ending.
-  internal::G* self = from_thread ? internal::CurrentG() : nullptr;
-  if (self != nullptr) self->waits_in_run = true;
+  // A plain thread's wait here, as kRunWait, does not end the freeze at exit
+  // at once (Park): a Run begun during exit runs its goroutines anyway, and
+  // one begun before belongs to the program that is ending.
   internal::SemAcquire(&done, &done_waiters, false, internal::WaitReason::kRunWait);
-  if (self != nullptr) self->waits_in_run = false;
 }
 
 void Yield() {

@@ -187,10 +187,6 @@ struct alignas(64) G {
   // core/proc.cc): never counted in Sched::external_awake. Set before the G
   // is used.
   bool external_uncounted = false;
-  // A plain thread's stand-in G while it waits in Run for Run's own
-  // goroutine: that park does not end the freeze at exit (see
-  // ThawAfterExitFreeze in core/proc.cc). The thread's own.
-  bool waits_in_run = false;
   // Run's goroutine, counted as exited (P::exited) just before it lets Run
   // return, so that GetStats() after Run no longer counts it; its own exit
   // then does not count it again. The goroutine's own.
@@ -469,7 +465,8 @@ struct Sched {
   bool stamp_slices = false;
   // The goroutines made before exit() began are frozen (FreezeAtExit in
   // core/proc.cc set it): an M takes none of them to run. Cleared for good,
-  // under mu, when a plain thread first waits in goro during exit
+  // under mu, when a plain thread first waits in goro during exit, or when
+  // sysmon sees the thread running exit() wait for a while
   // (ThawAfterExitFreeze). Read at every schedule and spawn, so it starts a
   // cache line that holds only fields written at most once after start-up
   // (none that sysmon writes).
@@ -477,6 +474,12 @@ struct Sched {
   // exit() has begun (FreezeAtExit set it): from then on only a Run begun
   // since is reported deadlocked (CheckDeadLocked). Never cleared.
   std::atomic<bool> exiting{false};
+  // The thread running exit(), which sysmon watches while the freeze lasts
+  // (WatchExitingThread in core/sysmon.cc): its CPU clock, and its kernel
+  // thread id, stored last (release) by FreezeAtExit once its own wait is
+  // over; 0 until then, and in a process that never calls exit().
+  clockid_t exit_cpu_clock = 0;
+  std::atomic<pid_t> exit_tid{0};
   bool async_preemption = true;
   int preempt_signal = 0;
 };
@@ -643,6 +646,9 @@ void WakeSysmonForTimer(int64_t when);
 // Reports Go's deadlock and ends the program if nothing can ever run again
 // (takes sched.mu; for sysmon's deferred check).
 void CheckDeadlock();
+// Ends the freeze at exit for good, if it is on: the goroutines set aside
+// run again (core/proc.cc). Takes sched.mu.
+void ThawAfterExitFreeze();
 // Starts the sysmon thread (core/sysmon.cc).
 void StartSysmon();
 // A detached thread that starts with every signal blocked (an M until it has

@@ -181,6 +181,48 @@ Verdict SampleCpu(PState& s, M* m, uint32_t tick, int64_t now) {
 }
 constexpr int64_t kNetpollEveryNs = 10 * 1000 * 1000;
 
+// The freeze at exit (FreezeAtExit in core/proc.cc) gives way when the thread
+// running exit() waits: a global's destructor that locks a std::mutex a
+// frozen goroutine holds, joins a thread whose Run waits for a frozen
+// goroutine, or waits for one in goro from a signal handler, would wait for
+// ever. Waiting is what its CPU clock shows: less than 1/8 of a CPU over
+// every look for kExitWaitThawNs, and asleep in the kernel at the end (not
+// runnable and kept off a CPU by a busy machine). It may be waiting for
+// something else (a slow write, a sleep): the freeze then ends all the same,
+// and the goroutines run on during the rest of the exit, as they did before
+// there was a freeze. Sysmon looks at least every kExitWatchEveryNs while
+// the freeze lasts, and judges intervals of at least half that.
+constexpr int64_t kExitWaitThawNs = 100 * 1000 * 1000;
+constexpr int64_t kExitWatchEveryNs = 10 * 1000 * 1000;
+
+struct ExitWatch {
+  int64_t cpu = -1;  // the thread's CPU clock at the last look judged (-1: none yet)
+  int64_t wall = 0;  // and when it was read
+  int64_t waiting_since = 0;  // the first look of the intervals it has waited through
+};
+
+// Whether the freeze at exit is on and FreezeAtExit has published the thread
+// to watch.
+bool WatchingExitingThread() {
+  return sched.frozen.load(std::memory_order_acquire) && sched.exit_tid.load(std::memory_order_acquire) != 0;
+}
+
+void WatchExitingThread(ExitWatch& w, int64_t now) {
+  if (!WatchingExitingThread()) return;
+  if (w.cpu >= 0 && now - w.wall < kExitWatchEveryNs / 2) return;  // too short to judge
+  timespec ts;
+  if (clock_gettime(sched.exit_cpu_clock, &ts) != 0) return;
+  const int64_t cpu = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  if (w.cpu < 0 || (cpu - w.cpu) * 8 >= now - w.wall) {
+    w.waiting_since = now;  // the first look, or it ran
+  } else if (now - w.waiting_since >= kExitWaitThawNs &&
+             AsleepInKernel(sched.exit_tid.load(std::memory_order_relaxed))) {
+    ThawAfterExitFreeze();
+  }
+  w.cpu = cpu;
+  w.wall = now;
+}
+
 // The preemption signal, one in flight per M (M::signal_state). Sysmon
 // begins one (kSending) before its last checks, and either ends it (kIdle)
 // or sends it and marks it sent (kSent); the handler acknowledges it (kIdle)
@@ -329,11 +371,13 @@ void SysmonLoop() {
   int64_t next_scavenge = Nanotime() + kScavengePeriodNs;
   const int64_t trace_every = sched.schedtrace_ns;
   int64_t next_trace = trace_every > 0 ? sched.start_time + trace_every : INT64_MAX;
+  ExitWatch exit_watch;
   for (;;) {
     if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0 && Nanotime() >= at) {
       sched.deadlock_check_at.store(0, std::memory_order_relaxed);
       CheckDeadlock();  // after exit() has begun, only for a Run begun since
     }
+    WatchExitingThread(exit_watch, Nanotime());
     if (int64_t now = Nanotime(); now >= next_trace) {
       PrintSchedTrace(now, sched.scheddetail);
       next_trace += trace_every * ((now - next_trace) / trace_every + 1);
@@ -361,6 +405,9 @@ void SysmonLoop() {
     if (int64_t at = sched.deadlock_check_at.load(std::memory_order_acquire); at != 0) {
       wake_for = std::min(wake_for, at);
     }
+    // The thread running exit(), while it freezes goroutines that may be
+    // all there is (FreezeAtExit wakes us for it).
+    if (WatchingExitingThread()) wake_for = std::min(wake_for, Nanotime() + kExitWatchEveryNs);
     if (AllPsIdle()) {
       // Deep: the first P to run wakes it (WakeSysmon). Tracing or not: a
       // sleep until the next line that nothing could end left a spinner

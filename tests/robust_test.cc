@@ -16,7 +16,9 @@
 //     SIGURG on to the program's handler and preempts nothing.
 //   - exit() while goroutines run: they are frozen before the program's
 //     globals are destroyed, and a Run begun during exit still runs; a
-//     global's destructor that waits for its goroutines ends the freeze.
+//     global's destructor that waits for its goroutines ends the freeze, and
+//     so does one that waits otherwise (a std::mutex a frozen goroutine
+//     holds, a thread's join): exit() never hangs for the freeze.
 // Each comment says what would make the test fail. See docs/robustness.md.
 #include <errno.h>
 #include <fcntl.h>
@@ -1373,14 +1375,25 @@ void WriteExitTable(int w, bool call_free) {
   }
 }
 
+// Waits `d` on a CPU. During exit the destructors below wait busily, not
+// asleep: a thread running exit() that waits (uses no CPU) for about 100 ms
+// ends the freeze (WatchExitingThread in core/sysmon.cc), and they check
+// that the goroutines are frozen.
+void SpinFor(absl::Duration d) {
+  auto start = Now();
+  while (Since(start) < d) {
+  }
+}
+
 // The value of `count` by the time its last change is 50 ms old (at most 2 s
 // from the call): the goroutines counting have stopped, or are not going to.
+// Polls on a CPU (SpinFor).
 int64_t CountOnceQuiet(const std::atomic<int64_t>& count) {
   auto start = Now();
   int64_t last = count.load();
   auto since = Now();
   while (Since(start) < absl::Seconds(2) && Since(since) < absl::Milliseconds(50)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    SpinFor(absl::Milliseconds(1));
     int64_t now = count.load();
     if (now != last) {
       last = now;
@@ -1397,7 +1410,7 @@ ExitTable::~ExitTable() {
   if (!armed) return;
   int64_t writes = CountOnceQuiet(exit_table_writes);
   exit_table_destroyed = true;
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  SpinFor(absl::Milliseconds(20));
   if (exit_table_writes.load() != writes) {
     fprintf(stderr, "a goroutine wrote after exit() began\n");
     _exit(4);
@@ -1514,7 +1527,7 @@ void ExitPoolBlockedWorker() {
 ExitPool::~ExitPool() {
   if (!armed) return;
   int64_t iterations = CountOnceQuiet(exit_pool_iterations);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  SpinFor(absl::Milliseconds(20));
   if (exit_pool_iterations.load() != iterations) {
     fprintf(stderr, "the workers were not frozen when exit() began\n");
     _exit(4);
@@ -1564,6 +1577,227 @@ TEST(RobustTest, GlobalDestructorWaitingForItsGoroutinesEndsTheFreezeAtExit) {
   for (int i = 0; i < 3 && !HasFailure(); ++i) {
     EXPECT_EXIT(ExitWithAGlobalPoolChild(), ::testing::ExitedWithCode(0), "");
   }
+}
+
+// The freeze gives way when the thread running exit() waits: it may be
+// waiting for a frozen goroutine, and would wait for ever (sysmon's
+// WatchExitingThread in core/sysmon.cc ends the freeze once that thread has
+// used no CPU for about 100 ms). Each global below is constructed before the
+// runtime starts (in the child), so its destructor runs after the freeze.
+
+// A global whose std::mutex a goroutine holds (the code between lock and
+// unlock waits for a flag, as a critical section interrupted by the signal
+// exit() sends would be stopped): its destructor lets the goroutine go on
+// and locks the mutex, which the frozen goroutine holds.
+struct ExitLockedTable {
+  bool armed = false;  // only in a child of the test below
+  std::mutex mu;
+  std::atomic<bool> release{false};
+  ~ExitLockedTable() {
+    if (!armed) return;
+    release = true;
+    std::lock_guard<std::mutex> l(mu);  // hangs while the holder is frozen
+  }
+} exit_locked_table;
+constinit std::atomic<bool> exit_lock_held{false};
+
+[[noreturn]] void ExitWhileAFrozenGoroutineHoldsAStdMutexChild() {
+  goro_test::Watchdog dog(absl::Seconds(10), "exit() with a std::mutex held by a frozen goroutine");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_locked_table.armed = true;
+  goro::Run(
+      [] {
+        goro::Go([] {
+          goro::LockOSThread();  // a std::mutex is unlocked by the thread that locked it
+          std::lock_guard<std::mutex> l(exit_locked_table.mu);
+          exit_lock_held = true;
+          while (!exit_locked_table.release.load()) goro::SleepFor(absl::Milliseconds(1));
+        });
+      },
+      goro_test::TestOptions());
+  CHILD_CHECK(goro_test::Eventually([] { return exit_lock_held.load(); }), "the goroutine did not lock");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);  // as main returning: the goroutine holds the mutex
+}
+
+// Fails (the watchdog ends the child after 10 s) if the freeze outlasts the
+// exiting thread's wait for the lock.
+TEST(RobustTest, StdMutexHeldByAFrozenGoroutineDoesNotHangExit) {
+  for (int i = 0; i < 3 && !HasFailure(); ++i) {
+    EXPECT_EXIT(ExitWhileAFrozenGoroutineHoldsAStdMutexChild(), ::testing::ExitedWithCode(0), "");
+  }
+}
+
+// A global that owns a std::thread running a goro::Run loop, stopped as
+// std::threads are: set a flag, join. Run's goroutine existed when exit()
+// began, so it is frozen and Run does not return until the freeze ends.
+struct ExitService {
+  bool armed = false;  // only in a child of the test below
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  ~ExitService() {
+    if (!armed) return;
+    stop = true;
+    thread.join();  // hangs while Run's goroutine is frozen
+  }
+} exit_service;
+constinit std::atomic<int64_t> exit_service_loops{0};
+
+[[noreturn]] void ExitWithAGlobalThreadInRunChild() {
+  goro_test::Watchdog dog(absl::Seconds(10), "exit() with a global joining a thread in Run");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_service.armed = true;
+  exit_service.thread = std::thread([] {
+    goro::Run(
+        [] {
+          while (!exit_service.stop.load()) {
+            goro::SleepFor(absl::Milliseconds(1));
+            exit_service_loops.fetch_add(1);
+          }
+        },
+        goro_test::TestOptions());
+  });
+  CHILD_CHECK(goro_test::Eventually([] { return exit_service_loops.load() >= 10; }), "the service did not start");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);
+}
+
+// Fails (the watchdog ends the child after 10 s) if the freeze outlasts the
+// exiting thread's join.
+TEST(RobustTest, GlobalJoiningAThreadInRunDoesNotHangExit) {
+  for (int i = 0; i < 3 && !HasFailure(); ++i) {
+    EXPECT_EXIT(ExitWithAGlobalThreadInRunChild(), ::testing::ExitedWithCode(0), "");
+  }
+}
+
+// A global pool stopped with a WaitGroup, as ExitPool, but exit() comes from
+// a SIGTERM handler that interrupted main's wait in Run.
+struct ExitSignalPool {
+  static constexpr int kWorkers = 4;
+  bool armed = false;  // only in a child of the tests below
+  std::atomic<bool> stop{false};
+  goro::WaitGroup wg;
+  ~ExitSignalPool() {
+    if (!armed) return;
+    stop = true;
+    wg.Wait();
+  }
+} exit_signal_pool;
+constinit std::atomic<int64_t> exit_signal_pool_loops{0};
+
+void StartExitSignalPool() {
+  exit_signal_pool.wg.Add(ExitSignalPool::kWorkers);
+  for (int i = 0; i < ExitSignalPool::kWorkers; ++i) {
+    goro::Go([] {
+      while (!exit_signal_pool.stop.load()) {
+        goro::Yield();
+        exit_signal_pool_loops.fetch_add(1, std::memory_order_relaxed);
+      }
+      exit_signal_pool.wg.Done();
+    });
+  }
+}
+
+[[noreturn]] void ExitFromASignalHandlerOverRunsWaitChild() {
+  goro_test::Watchdog dog(absl::Seconds(10), "exit() from a SIGTERM handler over Run's wait");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_signal_pool.armed = true;
+  signal(SIGTERM, [](int) { exit(0); });
+  const pthread_t main_thread = pthread_self();
+  goro::Run(
+      [main_thread] {
+        StartExitSignalPool();
+        std::thread([main_thread] {
+          CHILD_CHECK(goro_test::Eventually([] { return exit_signal_pool_loops.load() >= 1000; }),
+                      "the workers did not get going");
+          pthread_kill(main_thread, SIGTERM);  // main waits in Run
+        }).detach();
+        goro::SleepFor(absl::Seconds(20));
+      },
+      goro_test::TestOptions());
+  fprintf(stderr, "Run returned\n");
+  _exit(1);
+}
+
+// Fails (the watchdog ends the child after 10 s) if neither the pool's wait
+// in the handler nor the exiting thread's waiting ends the freeze.
+TEST(RobustTest, ExitFromASignalHandlerOverRunsWaitDoesNotHang) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: TSan reports the exit() in the signal handler (the atexit handlers "
+                    "allocate) as a signal-unsafe call, which it is; programs do it all the same";
+  }
+  for (int i = 0; i < 3 && !HasFailure(); ++i) {
+    EXPECT_EXIT(ExitFromASignalHandlerOverRunsWaitChild(), ::testing::ExitedWithCode(0), "");
+  }
+}
+
+// The wait that ends the freeze at once is told by its reason, not by what
+// else its thread is doing: here a SIGUSR1 handler waits for the pool on a
+// thread that waits in Run (whose own wait, goro.Run, does not end the
+// freeze), while the thread running exit() spins, so sysmon sees no waiting
+// exiting thread. The handler never returns (the process ends first).
+constinit std::atomic<bool> exit_nested_wait_done{false};
+pthread_t exit_nested_waiter;
+
+struct ExitNestedWaitTrigger {
+  bool armed = false;  // only in a child of the test below
+  ~ExitNestedWaitTrigger() {
+    if (!armed) return;
+    exit_signal_pool.stop = true;
+    pthread_kill(exit_nested_waiter, SIGUSR1);
+    auto start = Now();
+    while (!exit_nested_wait_done.load() && Since(start) < absl::Seconds(5)) {
+    }
+    if (!exit_nested_wait_done.load()) {
+      fprintf(stderr, "a wait in a signal handler over Run's wait did not end the freeze\n");
+      _exit(5);
+    }
+  }
+} exit_nested_wait_trigger;  // destroyed before exit_signal_pool, constructed after it
+
+[[noreturn]] void WaitInASignalHandlerOverRunsWaitDuringExitChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "a wait in a signal handler during exit");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  signal(SIGUSR1, [](int) {
+    exit_signal_pool.wg.Wait();
+    exit_nested_wait_done = true;
+    for (;;) pause();
+  });
+  exit_nested_wait_trigger.armed = true;
+  std::atomic<bool> started{false};
+  std::thread waiter([&started] {
+    goro::Run(
+        [&started] {
+          StartExitSignalPool();
+          started = true;
+          for (;;) goro::SleepFor(absl::Milliseconds(1));
+        },
+        goro_test::TestOptions());
+  });
+  exit_nested_waiter = waiter.native_handle();
+  waiter.detach();
+  CHILD_CHECK(goro_test::Eventually([] { return exit_signal_pool_loops.load() >= 1000; }),
+              "the workers did not get going");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);
+}
+
+// Fails (status 5) if a thread's wait in a signal handler is taken for Run's
+// wait that the handler interrupted.
+TEST(RobustTest, WaitInASignalHandlerOverRunsWaitEndsTheFreezeAtExit) {
+  EXPECT_EXIT(WaitInASignalHandlerOverRunsWaitDuringExitChild(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

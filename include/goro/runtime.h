@@ -96,9 +96,8 @@ struct Options {
 // is destroyed before it, with the goroutines still running. A Run begun
 // during exit (from an atexit handler, a static or thread_local destructor)
 // and the goroutines it starts run normally, as does a goroutine that calls
-// exit() itself. What they wait for from a frozen goroutine comes only once
-// the freeze ends (below); a Run that waits for it while nothing can end the
-// freeze is reported deadlocked.
+// exit() itself. What they wait for from a frozen goroutine comes once the
+// freeze ends (below).
 //
 // The freeze ends for good as soon as a thread that is not a goroutine - the
 // one running exit(), or any other - waits in goro during exit
@@ -107,10 +106,15 @@ struct Options {
 // wait for its goroutines, so all of them run again, as before exit. A
 // global whose destructor stops the goroutines it started and waits for them
 // thus works as it would without the freeze (the goroutines then run while
-// globals are destroyed, as they did before it). A goroutine's wait does not
-// end it: if a goroutine called exit(), a destructor that it runs and that
-// waits for a frozen goroutine waits for ever. A program that wants its
-// goroutines to finish waits for them (a WaitGroup) before main returns.
+// globals are destroyed, as they did before it).
+// The freeze is a best effort that never makes exit() wait for good: it
+// also ends once the thread running exit() has waited (used no CPU, asleep
+// in the kernel) for about 100 ms, whatever it waits for - a std::mutex a
+// frozen goroutine holds, the join of a thread whose Run waits for a frozen
+// goroutine, Run's own wait, a wait of the goroutine that called exit(), a
+// long sleep or a slow write. The goroutines then run on during the rest of
+// the exit. A program that wants its goroutines to finish waits for them (a
+// WaitGroup) before main returns.
 void Run(absl::AnyInvocable<void() &&> fn, const Options& opts = {});
 
 namespace internal {
