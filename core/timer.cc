@@ -156,7 +156,12 @@ void SleepUntilNanos(int64_t when) {
   if (!OnGoroutine()) {
     int64_t left = when - Nanotime();
     CurrentG();  // known (and awake: it wakes by itself)
-    if (left > 0) absl::SleepFor(absl::Nanoseconds(left));
+    if (left <= 0) return;
+    // A plain thread's sleep during exit ends the freeze at exit, as its
+    // park would (Park): a global's destructor polling, with SleepFor, for
+    // the goroutines it stopped would otherwise poll for ever.
+    if (sched.frozen.load(std::memory_order_acquire)) [[unlikely]] ThawAfterExitFreeze();
+    absl::SleepFor(absl::Nanoseconds(left));
     return;
   }
   Timer t;

@@ -1800,4 +1800,63 @@ TEST(RobustTest, WaitInASignalHandlerOverRunsWaitEndsTheFreezeAtExit) {
   EXPECT_EXIT(WaitInASignalHandlerOverRunsWaitDuringExitChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// A global pool whose destructor stops its workers and polls, with
+// goro::SleepFor, until they have: a plain thread's sleep in goro during
+// exit ends the freeze, as its park does. The destructor spins between its
+// sleeps, so that the thread running exit() never looks as if it waits (and
+// sysmon does not end the freeze for that).
+struct ExitPolledPool {
+  static constexpr int kWorkers = 4;
+  bool armed = false;  // only in a child of the test below
+  std::atomic<bool> stop{false};
+  std::atomic<int> live{0};
+  ~ExitPolledPool() {
+    if (!armed) return;
+    stop = true;
+    auto start = Now();
+    while (live.load() != 0 && Since(start) < absl::Seconds(5)) {
+      goro::SleepFor(absl::Microseconds(100));
+      SpinFor(absl::Milliseconds(2));
+    }
+    if (live.load() != 0) {
+      fprintf(stderr, "%d workers still frozen after 5 s of SleepFor\n", live.load());
+      _exit(5);
+    }
+  }
+} exit_polled_pool;
+constinit std::atomic<int64_t> exit_polled_pool_loops{0};
+
+[[noreturn]] void ExitWithAPoolPolledWithSleepForChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "exit() with a pool polled with SleepFor");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_polled_pool.armed = true;
+  goro::Run(
+      [] {
+        for (int i = 0; i < ExitPolledPool::kWorkers; ++i) {
+          exit_polled_pool.live.fetch_add(1);
+          goro::Go([] {
+            while (!exit_polled_pool.stop.load()) {
+              goro::SleepFor(absl::Microseconds(200));
+              exit_polled_pool_loops.fetch_add(1, std::memory_order_relaxed);
+            }
+            exit_polled_pool.live.fetch_sub(1);
+          });
+        }
+      },
+      goro_test::TestOptions());
+  CHILD_CHECK(goro_test::Eventually([] { return exit_polled_pool_loops.load() >= 100; }),
+              "the workers did not get going");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);
+}
+
+// Fails (status 5) if a plain thread's goro::SleepFor during exit leaves the
+// freeze on.
+TEST(RobustTest, GlobalDestructorPollingWithSleepForEndsTheFreezeAtExit) {
+  EXPECT_EXIT(ExitWithAPoolPolledWithSleepForChild(), ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
