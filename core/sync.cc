@@ -223,7 +223,14 @@ void Mutex::UnlockSlow(int32_t old) {
 // for it. Its park commit touches only its record. The timer of a WaitFor is
 // the exception: its callback runs on some M, unordered with the waker, and
 // takes lock_ to see whether the waiter is still queued. timers_ counts the
-// timers that may still do so, and ~CondVar waits until it is zero.
+// timers that may still do so, and ~CondVar waits until it is zero. Whoever
+// removes a timer before it fires drops its count: the waker of a parked
+// waiter, after dropping lock_ and before making it runnable (the record,
+// on the waiter's stack, is valid until then); the park commit of a waiter
+// woken before it parked; ~CondVar for a waiter it detaches. A fired timer's
+// callback drops it as its last touch of the CondVar. So ~CondVar never
+// waits for a woken waiter to run - which one frozen at exit never does -
+// only for a callback or a waker already under way, in runtime code.
 //
 // A CondVar destroyed with waiters still queued (a global one as the program
 // returns from main, with goroutines blocked on it) detaches them: nothing
@@ -256,6 +263,7 @@ struct CondVar::Waiter {
   std::atomic<uint32_t> state{kWaiting};
   std::atomic<uint32_t> timer_state{kAttached};
   CondVar* cv = nullptr;
+  internal::Timer* timer = nullptr;  // a WaitFor's, on the waiter's stack; set before it is queued
 };
 
 namespace {
@@ -273,23 +281,6 @@ void Unlink(CondVar::Waiter*& head, CondVar::Waiter*& tail, CondVar::Waiter* w) 
   }
   w->next = w->prev = nullptr;
   w->queued = false;
-}
-
-struct CondVarPark {
-  CondVar::Waiter* w;
-  internal::Timer* timer;
-};
-
-// On g0, after the waiter switched away. A waker may have unlinked it since
-// it was enqueued, and the CondVar may be gone: only the waiter's record and
-// timer are touched. The CAS is the last touch of those too, since a waker
-// that sees kParked Readies the goroutine, on whose stack they live.
-bool CommitCondVarPark(internal::G*, void* arg) {
-  auto* a = static_cast<CondVarPark*>(arg);
-  CondVar::Waiter* w = a->w;
-  if (a->timer != nullptr) internal::AddTimer(a->timer);
-  uint32_t waiting = CondVar::Waiter::kWaiting;
-  return w->state.compare_exchange_strong(waiting, CondVar::Waiter::kParked, std::memory_order_acq_rel);
 }
 
 }  // namespace
@@ -337,6 +328,18 @@ struct CondVarAccess {
     cv->timers_.fetch_sub(1, std::memory_order_release);
     if (g != nullptr) internal::Ready(g);
   }
+  // After w was woken, with lock_ not held (a firing callback holds its
+  // P's timer lock and takes lock_): removes w's timer if it has not fired,
+  // and then drops its count - the last touch of the CondVar, which the
+  // count keeps alive until then. If it has fired, its callback dropped the
+  // count (DelTimer waits for one still running). By the waker of a parked
+  // waiter before it Readies it, or by the park commit of one woken before
+  // it parked: never by the woken goroutine, which may not run again (frozen
+  // at exit) while ~CondVar waits for the count.
+  static void DropTimerOfWoken(CondVar::Waiter* w) {
+    if (w->timer == nullptr || !internal::DelTimer(w->timer)) return;
+    w->cv->timers_.fetch_sub(1, std::memory_order_release);
+  }
   // ~CondVar with waiters still queued: unlinks them all (lock_ held).
   static void DetachAllLocked(CondVar* cv) {
     while (cv->head_ != nullptr) {
@@ -353,6 +356,32 @@ struct CondVarAccess {
   }
 };
 
+namespace {
+
+struct CondVarPark {
+  CondVar::Waiter* w;
+  internal::Timer* timer;
+};
+
+// On g0, after the waiter switched away. A waker may have unlinked it since
+// it was enqueued, and the CondVar may be gone: only the waiter's record and
+// timer are touched. A successful CAS is the last touch of those too, since
+// a waker that sees kParked Readies the goroutine, on whose stack they live.
+// A waiter woken before it parked takes its timer back here, on g0, where
+// nothing can freeze it at exit: ~CondVar may be waiting for the count
+// (which keeps the CondVar alive until the fetch_sub).
+bool CommitCondVarPark(internal::G*, void* arg) {
+  auto* a = static_cast<CondVarPark*>(arg);
+  CondVar::Waiter* w = a->w;
+  if (a->timer != nullptr) internal::AddTimer(a->timer);
+  uint32_t waiting = CondVar::Waiter::kWaiting;
+  if (w->state.compare_exchange_strong(waiting, CondVar::Waiter::kParked, std::memory_order_acq_rel)) return true;
+  CondVarAccess::DropTimerOfWoken(w);
+  return false;
+}
+
+}  // namespace
+
 CondVar::~CondVar() {
   // Goroutines still blocked on it, as on a global CondVar when the program
   // returns from main, are detached: nothing can signal them any more, and
@@ -362,8 +391,9 @@ CondVar::~CondVar() {
   CondVarAccess::DetachAllLocked(this);
   internal::UnlockWord(lock_);
   if (timers_.load(std::memory_order_acquire) == 0) return;
-  // A woken WaitFor's timer may be pending or its callback running. The
-  // waiter drops the count of a pending one once it runs again: let it run.
+  // A woken WaitFor's timer callback is running, or its waker (or park
+  // commit) is between lock_ and dropping the count: runtime code, under
+  // way, that drops it without waiting for any goroutine to run.
   internal::RuntimeScope scope;
   while (timers_.load(std::memory_order_acquire) != 0) internal::YieldNow();
 }
@@ -378,6 +408,13 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   Waiter w;
   w.g = internal::CurrentG();
   w.cv = this;
+  internal::Timer timer;
+  if (deadline_ns != 0) {
+    timer.when = deadline_ns;
+    timer.f = CondVarAccess::Timeout;
+    timer.arg = &w;
+    w.timer = &timer;
+  }
   internal::LockWord(lock_);
   w.prev = tail_;
   if (tail_ != nullptr) {
@@ -394,18 +431,12 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   internal::UnlockWord(lock_);
   mu.Unlock();
 
-  internal::Timer timer;
-  if (deadline_ns != 0) {
-    timer.when = deadline_ns;
-    timer.f = CondVarAccess::Timeout;
-    timer.arg = &w;
-  }
-  CondVarPark park{&w, deadline_ns != 0 ? &timer : nullptr};
+  CondVarPark park{&w, w.timer};
   internal::Park(WaitReason::kCondVarWait, CommitCondVarPark, &park);
-  // After DelTimer the timeout callback is neither running nor pending, so `w`
-  // may safely go away with this frame. If DelTimer removed the timer, the
-  // callback never ran, and its count is ours to drop (the count keeps this
-  // CondVar alive until then); if not, the callback ran and dropped it.
+  // Whoever woke us removed the timer (and dropped its count), or it fired.
+  // After DelTimer the timeout callback is not running either, so `w` may
+  // safely go away with this frame. (Were the timer still there, its count
+  // would be ours to drop, and would keep this CondVar alive until then.)
   if (deadline_ns != 0 && internal::DelTimer(&timer)) timers_.fetch_sub(1, std::memory_order_release);
   mu.Lock();
   return w.signalled;
@@ -414,11 +445,18 @@ bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
 void CondVar::Signal() {
   internal::RuntimeScope scope;
   internal::G* g = nullptr;
+  Waiter* w = nullptr;
   internal::LockWord(lock_);
-  if (head_ != nullptr) g = CondVarAccess::WakeLocked(this, head_, true);
+  if (head_ != nullptr) {
+    w = head_;
+    g = CondVarAccess::WakeLocked(this, w, true);
+  }
   if (auto hook = internal::condvar_signal_hook.load(std::memory_order_relaxed)) hook();
   internal::UnlockWord(lock_);
-  if (g != nullptr) internal::Ready(g);
+  if (g != nullptr) {
+    CondVarAccess::DropTimerOfWoken(w);  // w is valid until g runs
+    internal::Ready(g);
+  }
 }
 
 void CondVar::SignalAll() {
@@ -441,6 +479,7 @@ void CondVar::SignalAll() {
   while (parked != nullptr) {
     Waiter* next = parked->next;
     internal::G* g = parked->g;
+    CondVarAccess::DropTimerOfWoken(parked);  // valid until g runs
     internal::Ready(g);
     parked = next;
   }

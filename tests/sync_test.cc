@@ -727,6 +727,64 @@ TEST(CondVarTest, DestroyedRightAfterSignalAllWhileTimeoutsFire) {
   }
 }
 
+// A global that owns a CondVar and a worker goroutine waiting on it in
+// WaitFor (a flusher that wakes every minute): its destructor tells the
+// worker to stop, wakes it and returns without waiting for it, and the
+// CondVar member is destroyed next. During exit() the worker is frozen
+// (FreezeAtExit in core/proc.cc) and never runs again, so ~CondVar must not
+// wait for it to cancel its timer: the waker does that.
+struct ExitFlusher {
+  bool armed = false;  // only in a child of the test below
+  bool signal_all = false;
+  goro::Mutex mu;
+  goro::CondVar cv;
+  bool stop = false;  // guarded by mu
+  bool waiting = false;  // guarded by mu
+  ~ExitFlusher() {
+    if (!armed) return;
+    mu.Lock();
+    stop = true;
+    if (signal_all) {
+      cv.SignalAll();
+    } else {
+      cv.Signal();
+    }
+    mu.Unlock();
+  }  // ~CondVar
+} exit_flusher;
+
+[[noreturn]] void ExitWithAFlusherWaitingForAMinuteChild(bool signal_all) {
+  Watchdog dog(absl::Seconds(10), "exit() destroying a CondVar whose WaitFor waiter was woken");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_flusher.armed = true;
+  exit_flusher.signal_all = signal_all;
+  goro_test::StartRuntime();
+  goro::Go([] {
+    exit_flusher.mu.Lock();
+    exit_flusher.waiting = true;
+    while (!exit_flusher.stop) exit_flusher.cv.WaitFor(exit_flusher.mu, absl::Minutes(1));
+    exit_flusher.mu.Unlock();
+  });
+  CHILD_CHECK(Eventually([] {
+                std::lock_guard<goro::Mutex> l(exit_flusher.mu);  // free: the worker waits in WaitFor
+                return exit_flusher.waiting;
+              }),
+              "the worker did not start");
+  if (goro_test::child_failures.load() != 0) _exit(1);
+  exit(0);
+}
+
+// Fails without the fix (the watchdog ends the child after 10 s): ~CondVar
+// yields until the woken waiter cancels its timer, which the frozen worker
+// never does, so exit() spins for the minute of its WaitFor.
+TEST(CondVarTest, DestroyedDuringExitWithoutWaitingForAFrozenWokenWaiter) {
+  EXPECT_EXIT(ExitWithAFlusherWaitingForAMinuteChild(/*signal_all=*/false), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(ExitWithAFlusherWaitingForAMinuteChild(/*signal_all=*/true), ::testing::ExitedWithCode(0), "");
+}
+
 TEST(CondVarTest, WaitAndSignalProducerConsumer) {
   RunBounded([] {
     goro::Mutex mu;

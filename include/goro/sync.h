@@ -98,8 +98,10 @@ class Mutex {
 class CondVar {
  public:
   CondVar() = default;
-  // Waits, yielding, until the timers of the WaitFor calls woken on it are
-  // done with it: a woken waiter cancels its timer when it next runs.
+  // Goroutines still waiting on it are detached (a WaitFor still times out).
+  // Waits, yielding, only for a WaitFor's timeout that is firing, or a
+  // Signal/SignalAll still cancelling the timer of a waiter it woke; never
+  // for a woken waiter to run again.
   ~CondVar();
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
@@ -118,9 +120,10 @@ class CondVar {
 
   std::atomic<uint32_t> lock_{0};
   // WaitFor timers whose callback may still take lock_: +1 as the waiter is
-  // queued (under lock_), -1 as the callback's last act or, if the waiter
-  // cancels the timer before it runs, by the waiter. Fills the padding after
-  // lock_, so sizeof(CondVar) is unchanged.
+  // queued (under lock_), -1 as the callback's last act or, if the timer is
+  // removed before it fires, by whoever removes it (the waker, the waiter's
+  // park, ~CondVar; core/sync.cc). Fills the padding after lock_, so
+  // sizeof(CondVar) is unchanged.
   std::atomic<int32_t> timers_{0};
   Waiter* head_ = nullptr;  // guarded by lock_
   Waiter* tail_ = nullptr;  // guarded by lock_
