@@ -1375,25 +1375,18 @@ void WriteExitTable(int w, bool call_free) {
   }
 }
 
-// Waits `d` on a CPU. During exit the destructors below wait busily, not
-// asleep: a thread running exit() that waits (uses no CPU) for about 100 ms
-// ends the freeze (WatchExitingThread in core/sysmon.cc), and they check
-// that the goroutines are frozen.
-void SpinFor(absl::Duration d) {
-  auto start = Now();
-  while (Since(start) < d) {
-  }
-}
-
 // The value of `count` by the time its last change is 50 ms old (at most 2 s
 // from the call): the goroutines counting have stopped, or are not going to.
-// Polls on a CPU (SpinFor).
+// Polls on a CPU (goro_test::Spin), as the destructors below wait: a thread
+// running exit() that waits (uses no CPU) for about 100 ms ends the freeze
+// (WatchExitingThread in core/sysmon.cc), and they check that the
+// goroutines are frozen.
 int64_t CountOnceQuiet(const std::atomic<int64_t>& count) {
   auto start = Now();
   int64_t last = count.load();
   auto since = Now();
   while (Since(start) < absl::Seconds(2) && Since(since) < absl::Milliseconds(50)) {
-    SpinFor(absl::Milliseconds(1));
+    goro_test::Spin(absl::Milliseconds(1));
     int64_t now = count.load();
     if (now != last) {
       last = now;
@@ -1410,7 +1403,7 @@ ExitTable::~ExitTable() {
   if (!armed) return;
   int64_t writes = CountOnceQuiet(exit_table_writes);
   exit_table_destroyed = true;
-  SpinFor(absl::Milliseconds(20));
+  goro_test::Spin(absl::Milliseconds(20));
   if (exit_table_writes.load() != writes) {
     fprintf(stderr, "a goroutine wrote after exit() began\n");
     _exit(4);
@@ -1527,7 +1520,7 @@ void ExitPoolBlockedWorker() {
 ExitPool::~ExitPool() {
   if (!armed) return;
   int64_t iterations = CountOnceQuiet(exit_pool_iterations);
-  SpinFor(absl::Milliseconds(20));
+  goro_test::Spin(absl::Milliseconds(20));
   if (exit_pool_iterations.load() != iterations) {
     fprintf(stderr, "the workers were not frozen when exit() began\n");
     _exit(4);
@@ -1816,7 +1809,7 @@ struct ExitPolledPool {
     auto start = Now();
     while (live.load() != 0 && Since(start) < absl::Seconds(5)) {
       goro::SleepFor(absl::Microseconds(100));
-      SpinFor(absl::Milliseconds(2));
+      goro_test::Spin(absl::Milliseconds(2));
     }
     if (live.load() != 0) {
       fprintf(stderr, "%d workers still frozen after 5 s of SleepFor\n", live.load());
