@@ -2019,12 +2019,25 @@ void StopGoroutinesAtExit() {
 // wait for good for a goroutine it froze.
 void FreezeAtExit() {
   G* self = CurrentGoroutine();
-  if (self != nullptr) self->runs_during_exit.store(true, std::memory_order_relaxed);
+  // A child of fork() that calls exit() has none of the runtime's threads.
+  const bool live = sched.started.load(std::memory_order_acquire) && !in_forked_child;
+  if (self != nullptr) {
+    self->runs_during_exit.store(true, std::memory_order_relaxed);
+    // exit() inside a marked blocking region (goro::Syscall around a call
+    // whose error path exits): the region would never end, and every goro
+    // call of the destructors that follow would be the fatal "goro call
+    // inside a marked blocking region". End it, nested ones and all, as
+    // leaving it would: this M takes its P back, or another (a wait its
+    // turn in the global queue, before any goroutine is frozen).
+    if (live && self->syscall_depth != 0) {
+      self->syscall_depth = self->syscall_depth >= kSyscallKeptP ? kSyscallKeptP : 1;
+      ExitSyscall();
+    }
+  }
   goro::NoPreemptScope no_preempt;  // on a goroutine: stays on this M, whose P is skipped below
   sched.frozen.store(true, std::memory_order_seq_cst);
   sched.exiting.store(true, std::memory_order_seq_cst);
-  // A child of fork() that calls exit() has none of the runtime's threads.
-  if (!sched.started.load(std::memory_order_acquire) || in_forked_child) return;
+  if (!live) return;
   // The goroutine that called exit() stays on this thread, the one sysmon
   // watches (WatchExitingThread): a wait of the goroutine's is then a wait
   // of the thread's (StopLockedM), and no other M runs the destructors.

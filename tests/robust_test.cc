@@ -1852,4 +1852,57 @@ TEST(RobustTest, GlobalDestructorPollingWithSleepForEndsTheFreezeAtExit) {
   EXPECT_EXIT(ExitWithAPoolPolledWithSleepForChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// exit() from inside a marked blocking region (the error path of a call
+// wrapped in goro::Syscall, here nested in a SyscallScope), with a global
+// pool whose destructor stops its workers and waits for them: the exit ends
+// the regions first, so the destructor's goro calls are not "inside a marked
+// blocking region". The goroutine that called exit() waits in the pool's
+// WaitGroup, which ends the freeze once it has waited for a while.
+struct ExitSyscallPool {
+  static constexpr int kWorkers = 2;
+  bool armed = false;  // only in a child of the test below
+  std::atomic<bool> stop{false};
+  goro::WaitGroup wg;
+  ~ExitSyscallPool() {
+    if (!armed) return;
+    stop = true;
+    wg.Wait();  // fatal while the region lasts
+    fprintf(stderr, "the pool stopped\n");
+  }
+} exit_syscall_pool;
+
+[[noreturn]] void ExitInsideAMarkedRegionChild() {
+  goro_test::Watchdog dog(absl::Seconds(10), "exit() inside a marked blocking region");
+  if (goro::GetStats().procs != 0) {
+    fprintf(stderr, "the runtime started before main\n");
+    _exit(1);
+  }
+  exit_syscall_pool.armed = true;
+  goro::Run(
+      [] {
+        exit_syscall_pool.wg.Add(ExitSyscallPool::kWorkers);
+        for (int i = 0; i < ExitSyscallPool::kWorkers; ++i) {
+          goro::Go([] {
+            while (!exit_syscall_pool.stop.load()) goro::SleepFor(absl::Microseconds(100));
+            exit_syscall_pool.wg.Done();
+          });
+        }
+        goro::SleepFor(absl::Milliseconds(5));
+        goro::SyscallScope outer;
+        goro::Syscall([] {
+          if (read(-1, nullptr, 0) < 0) exit(7);
+          return 0;
+        });
+      },
+      goro_test::TestOptions());
+  fprintf(stderr, "Run returned\n");
+  _exit(1);
+}
+
+// Fails without the fix: the pool's Wait is the fatal "goro call inside a
+// marked blocking region" (abort).
+TEST(RobustTest, ExitInsideAMarkedRegionEndsItBeforeDestructorsRun) {
+  EXPECT_EXIT(ExitInsideAMarkedRegionChild(), ::testing::ExitedWithCode(7), "^the pool stopped\n$");
+}
+
 }  // namespace

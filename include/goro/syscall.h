@@ -13,6 +13,9 @@
 // so the call sees no EINTR caused by the runtime. It must not call goro
 // functions (channels, locks, Go, sleeps, goro::io) before the region ends:
 // that is a fatal error. A region inside a region is part of the outer one.
+// exit() called inside a region (an error path of the wrapped call) ends it,
+// nested ones and all, before the static destructors run, so that they may
+// call goro.
 // A region in a signal handler that interrupted goro's own code (a channel
 // operation, say) keeps the P: that code may be using it (docs/syscalls.md).
 //
