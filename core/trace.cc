@@ -33,11 +33,12 @@
 #include "goro/trace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -289,10 +290,14 @@ namespace {
 
 // One line per event; each but the last ends with a comma. Formats into its
 // own buffer with memcpy and a hand-rolled integer conversion: the writer
-// thread must keep up with millions of records a second.
+// thread must keep up with millions of records a second. Writes the buffer
+// with write(2), not through stdio: a child forked without exec shares the
+// file's descriptor and offset, and its exit() flushes every stdio buffer,
+// which would write what the parent had buffered there a second time. This
+// buffer only the parent's writer ever writes.
 class JsonOut {
  public:
-  explicit JsonOut(FILE* f) : f_(f), buf_(new char[kCap]) {}
+  explicit JsonOut(int fd) : fd_(fd), buf_(new char[kCap]) {}
   ~JsonOut() { delete[] buf_; }
   JsonOut(const JsonOut&) = delete;
   JsonOut& operator=(const JsonOut&) = delete;
@@ -350,14 +355,23 @@ class JsonOut {
     Put("\n");
   }
   void Flush() {
-    if (len_ != 0 && fwrite(buf_, 1, len_, f_) != len_ && err_ == 0) err_ = errno != 0 ? errno : EIO;
+    for (size_t done = 0; done < len_ && err_ == 0;) {
+      ssize_t n = write(fd_, buf_ + done, len_ - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n == 0) {
+        err_ = EIO;
+      } else if (errno != EINTR) {
+        err_ = errno;
+      }
+    }
     len_ = 0;
   }
   uint64_t events() const { return events_; }
   int err() const { return err_; }
 
  private:
-  static constexpr size_t kCap = 1 << 16;
+  static constexpr size_t kCap = 1 << 20;  // one write(2) per MiB
   static constexpr size_t kMaxEvent = 1024;  // no event line is longer
 
   JsonOut& Phase(char ph, int64_t tid) {
@@ -399,7 +413,7 @@ class JsonOut {
     Put(absl::string_view(frac, 4));
   }
 
-  FILE* f_;
+  int fd_;
   char* buf_;
   size_t len_ = 0;
   uint64_t events_ = 0;
@@ -425,9 +439,9 @@ const char* HandoffReason(uint8_t why) {
 class Replay {
  public:
   // ticks_per_ns: Start's estimate, for the first 100k ticks.
-  Replay(FILE* f, int nprocs, Pair start, bool use_tsc, double ticks_per_ns,
+  Replay(int fd, int nprocs, Pair start, bool use_tsc, double ticks_per_ns,
          const std::vector<int64_t>& running_at_start)
-      : out_(f), start_(start), use_tsc_(use_tsc), ticks_per_ns_(ticks_per_ns), rows_(nprocs + 1) {
+      : out_(fd), start_(start), use_tsc_(use_tsc), ticks_per_ns_(ticks_per_ns), rows_(nprocs + 1) {
     for (int i = 0; i <= nprocs; ++i) rows_[i].tid = i + 1;  // tid 0 is special in viewers
     for (int i = 0; i < nprocs; ++i) {
       if (running_at_start[i] != 0) {
@@ -632,7 +646,7 @@ void WriterMain(Replay* replay) {
 
 // The writer's session, owned by Start/Stop under ctl_mu.
 struct Session {
-  FILE* file = nullptr;
+  int fd = -1;
   std::string path;
   Replay* replay = nullptr;
 };
@@ -683,7 +697,7 @@ absl::Status StopLocked(bool mark_blocking) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.ctl
   session = nullptr;
   s->replay->Finish(end, records);
   int err = s->replay->err();
-  if (fclose(s->file) != 0 && err == 0) err = errno;
+  if (close(s->fd) != 0 && err == 0 && errno != EINTR) err = errno;
   std::string path = s->path;
   delete s->replay;
   delete s;
@@ -723,11 +737,10 @@ absl::Status StartTrace(const std::string& path) {
     return absl::FailedPreconditionError(
         "goro::trace::Start: the runtime has not started (call it from a goroutine, or after goro::Run)");
   }
-  FILE* f = fopen(path.c_str(), "we");
-  if (f == nullptr) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("goro::trace::Start: cannot create ", path));
   }
-  setvbuf(f, nullptr, _IOFBF, 1 << 20);
   const int n = sched.nprocs;
   if (st.writers == nullptr) {
     st.writers = new Writer[n];
@@ -766,9 +779,9 @@ absl::Status StartTrace(const std::string& path) {
   st.session.fetch_add(1, std::memory_order_relaxed);
   st.start = ReadPair();
   auto* s = new Session();
-  s->file = f;
+  s->fd = fd;
   s->path = path;
-  s->replay = new Replay(f, n, st.start, st.use_tsc, ticks_per_ns, running);
+  s->replay = new Replay(fd, n, st.start, st.use_tsc, ticks_per_ns, running);
   s->replay->Header(n);
   session = s;
   st.writer = std::thread(WriterMain, s->replay);

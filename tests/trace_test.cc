@@ -3,6 +3,7 @@
 #include "goro/trace.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -682,14 +683,33 @@ namespace {
 
 // A child forked without exec that calls exit() (as after a failed exec)
 // runs the atexit handlers it inherited, GOROTRACE's among them, and shares
-// the trace file's descriptor and offset. Fails if the trace is not valid
-// JSON: the child wrote its "trace stopped" record and the closing bracket
-// into the parent's file, before the parent's own.
+// the trace file's descriptor and offset. The trace has written part of its
+// JSON when the child is forked, and holds more, formatted but not written
+// yet. Fails if the trace is not valid JSON: the child wrote its "trace
+// stopped" record and the closing bracket into the parent's file, before the
+// parent's own; or the child's exit() wrote what the trace held buffered
+// (in a stdio buffer, which exit() flushes) a second time.
 void ForkExitWithGorotraceChild(const std::string& path) {
   setenv("GOROTRACE", path.c_str(), 1);
   goro::Options opts = goro_test::TestOptions();
   goro::Run(
-      [] {
+      [&path] {
+        // Thousands of records, more than one buffer's worth of JSON.
+        goro::WaitGroup wg;
+        for (int i = 0; i < 4; ++i) {
+          wg.Add(1);
+          goro::Go([&wg] {
+            for (int k = 0; k < 20000; ++k) goro::Yield();
+            wg.Done();
+          });
+        }
+        wg.Wait();
+        CHILD_CHECK(goro_test::Eventually([&path] {
+                      struct stat sb;
+                      return stat(path.c_str(), &sb) == 0 && sb.st_size > 0;
+                    }),
+                    "the trace wrote nothing to its file");
+        goro::SleepFor(absl::Milliseconds(50));  // the writer turns the rest into JSON
         pid_t pid = fork();
         if (pid == 0) {
           forked_from_a_goroutine = 1;
