@@ -318,6 +318,35 @@ TEST(SelectTest, TimeoutWithAfter) {
   });
 }
 
+// Go's `case <-time.After(d)`: the case takes the temporary channel straight
+// from After, and keeps it alive itself, so a case kept in a variable and
+// used after the temporary is gone still works. Without the reference the
+// channel is freed once its timer fires (ASan: heap-use-after-free).
+TEST(SelectTest, CaseOnATemporaryChannelKeepsItAlive) {
+  RunBounded([] {
+    goro::Chan<int> never;
+    std::optional<int> r;
+    std::optional<absl::Time> fired;
+    EXPECT_EQ(goro::Select(goro::OnRecv(never, &r), goro::OnRecv(goro::After(absl::Milliseconds(5)), &fired)), 1);
+    EXPECT_TRUE(fired.has_value());
+
+    fired.reset();
+    goro::SelectCase timeout = goro::OnRecv(goro::After(absl::Milliseconds(5)), &fired);
+    goro::SleepFor(absl::Milliseconds(20));  // the timer has fired and dropped its reference
+    goro::SelectCase copy = timeout;         // a copy holds one of its own
+    EXPECT_EQ(goro::Select(goro::OnRecv(never, &r), copy), 1);
+    EXPECT_TRUE(fired.has_value());
+
+    std::optional<int> sent_back;
+    int v = 7;
+    goro::Chan<int> shared(1);
+    auto handle = [&shared] { return shared; };  // a copy of a handle, as a function returns one
+    EXPECT_EQ(goro::Select(goro::OnSend(handle(), &v)), 0);
+    EXPECT_EQ(goro::Select(goro::OnRecv(handle(), &sent_back)), 0);
+    EXPECT_EQ(sent_back, std::optional<int>(7));
+  });
+}
+
 TEST(SelectTest, ValueBeatsALongTimeout) {
   RunBounded([] {
     goro::Chan<int> c;

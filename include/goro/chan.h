@@ -206,25 +206,55 @@ class Chan {
   internal::ChanCore* core_ = nullptr;  // one reference, or nullptr: the nil channel
 };
 
-// A case of Select: make one with OnSend, OnRecv or OnDefault.
-struct SelectCase {
+// A case of Select: make one with OnSend, OnRecv or OnDefault. A case made
+// from a named channel refers to it (its owner keeps it alive); one made
+// from a temporary - OnRecv(After(d), &t), Go's `case <-time.After(d)` -
+// holds a reference of its own, so that it may also be kept and used later.
+class SelectCase {
+ public:
+  explicit SelectCase(internal::SelectCaseRep rep, internal::ChanCore* owned = nullptr) : rep(rep), owned_(owned) {
+    if (owned_ != nullptr) internal::ChanRef(owned_);
+  }
+  SelectCase(const SelectCase& o) : SelectCase(o.rep, o.owned_) {}
+  SelectCase(SelectCase&& o) noexcept : rep(o.rep), owned_(std::exchange(o.owned_, nullptr)) {}
+  SelectCase& operator=(SelectCase o) noexcept {
+    rep = o.rep;
+    std::swap(owned_, o.owned_);
+    return *this;
+  }
+  ~SelectCase() {
+    if (owned_ != nullptr) internal::ChanUnref(owned_);
+  }
+
   internal::SelectCaseRep rep;
+
+ private:
+  internal::ChanCore* owned_;  // a temporary channel's reference, or nullptr
 };
 
 // Sends `*v` on `c` if this case is chosen (then *v is moved from).
 template <typename T>
 SelectCase OnSend(Chan<T>& c, T* v) {
-  return {{c.core(), internal::CaseDir::kSend, v}};
+  return SelectCase({c.core(), internal::CaseDir::kSend, v});
+}
+template <typename T>
+SelectCase OnSend(Chan<T>&& c, T* v) {
+  return SelectCase({c.core(), internal::CaseDir::kSend, v}, c.core());
 }
 // Receives into `*out` if this case is chosen: a value, or nullopt if `c` is
 // closed and drained.
 template <typename T>
 SelectCase OnRecv(Chan<T>& c, std::optional<T>* out) {
   out->reset();
-  return {{c.core(), internal::CaseDir::kRecv, out}};
+  return SelectCase({c.core(), internal::CaseDir::kRecv, out});
+}
+template <typename T>
+SelectCase OnRecv(Chan<T>&& c, std::optional<T>* out) {
+  out->reset();
+  return SelectCase({c.core(), internal::CaseDir::kRecv, out}, c.core());
 }
 // Chosen when no other case can proceed at once; makes Select non-blocking.
-inline SelectCase OnDefault() { return {{nullptr, internal::CaseDir::kDefault, nullptr}}; }
+inline SelectCase OnDefault() { return SelectCase({nullptr, internal::CaseDir::kDefault, nullptr}); }
 
 // Go's select: blocks until one case can proceed, chooses uniformly at random
 // among the cases that can, performs it and returns its index (0-based, in
@@ -233,7 +263,7 @@ inline SelectCase OnDefault() { return {{nullptr, internal::CaseDir::kDefault, n
 // A Select with no cases, or only nil channels and no default, blocks
 // forever.
 template <typename... Cases>
-int Select(Cases... cases) {
+int Select(const Cases&... cases) {
   internal::SelectCaseRep reps[] = {cases.rep..., {nullptr, internal::CaseDir::kDefault, nullptr}};
   return internal::SelectImpl(reps, static_cast<int>(sizeof...(Cases)));
 }

@@ -10,8 +10,9 @@
 namespace goro {
 
 // Returns a channel that receives the current time once, after at least `d`
-// (Go's time.After). Use it in Select for timeouts. The channel has a buffer of
-// one, so nobody has to receive from it.
+// (Go's time.After). Use it in Select for timeouts, as Go's
+// `case <-time.After(d)`: Select(OnRecv(c, &v), OnRecv(After(d), &t)). The
+// channel has a buffer of one, so nobody has to receive from it.
 //
 // The timer cannot be stopped: it, its channel and its entry in the timer
 // heap (a few hundred bytes) live until it fires, as Go's time.After did
