@@ -2474,6 +2474,17 @@ TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
   EXPECT_EXIT(PlainThreadReadNoDeadlineChild(/*start_first=*/false), ::testing::ExitedWithCode(0), "");
 }
 
+// Makes std_fd (STDIN_FILENO or STDOUT_FILENO) its end of a new pipe, which
+// is blocking, as a shell's pipe is; returns the other end. In a child: exits
+// with status 3 if it cannot.
+int PipeOnStdStream(int std_fd) {
+  int p[2];
+  const int mine = std_fd == STDIN_FILENO ? 0 : 1;
+  if (pipe(p) != 0 || dup2(p[mine], std_fd) != std_fd) _exit(3);
+  close(p[mine]);
+  return p[1 - mine];
+}
+
 // A blocking standard stream (here stdin, a pipe; often the shell's
 // terminal) is shared with other processes. Fails if goro::io leaves it
 // O_NONBLOCK (the next program of the shell then fails to read it with
@@ -2481,9 +2492,7 @@ TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
 // in a marked region instead of the poller.
 [[noreturn]] void BlockingStdinChild() {
   goro_test::Watchdog dog(absl::Seconds(30), "io on a blocking stdin");
-  int p[2];
-  if (pipe(p) != 0 || dup2(p[0], STDIN_FILENO) != STDIN_FILENO) _exit(3);
-  close(p[0]);
+  const int writer_end = PipeOnStdStream(STDIN_FILENO);
   goro_test::RunBounded([&] {
     char c = 0;
     absl::Time t0 = absl::Now();
@@ -2494,7 +2503,7 @@ TEST(IoChildTest, PlainThreadReadWithoutDeadlineStartsTheRuntime) {
     CHILD_CHECK(absl::IsDeadlineExceeded(w), "WaitReadable of an empty stdin: %s", w.ToString().c_str());
     goro::Go([&] {
       goro::SleepFor(absl::Milliseconds(30));
-      CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+      CHILD_CHECK(write(writer_end, "x", 1) == 1, "write: %s", strerror(errno));
     });
     r = io::Read(STDIN_FILENO, &c, 1);  // no deadline: blocks in read(2), its P handed off
     CHILD_CHECK(r.ok() && *r == 1 && c == 'x', "Read of stdin: %s", r.status().ToString().c_str());
@@ -2514,9 +2523,7 @@ TEST(IoChildTest, BlockingStdinStaysBlockingAndKeepsItsDeadlines) {
 // here for ever (the watchdog), past the deadline.
 [[noreturn]] void BlockingStdoutWriteDeadlineChild() {
   goro_test::Watchdog dog(absl::Seconds(30), "a write with a deadline to a blocking stdout nobody reads");
-  int p[2];
-  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
-  close(p[1]);
+  PipeOnStdStream(STDOUT_FILENO);  // its reader end stays open, unread
   goro_test::RunBounded([&] {
     std::string big(1 << 20, 'x');
     absl::Time t0 = absl::Now();
@@ -2541,16 +2548,14 @@ TEST(IoChildTest, WriteDeadlineOnABlockingStdoutIsKept) {
 // alternate.
 [[noreturn]] void ConcurrentStdoutWritesChild(bool with_deadline) {
   goro_test::Watchdog dog(absl::Seconds(30), "concurrent Writes to a blocking stdout");
-  int p[2];
-  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
-  close(p[1]);
+  const int reader_end = PipeOnStdStream(STDOUT_FILENO);
   constexpr size_t kEach = 256 << 10;
   std::string got;
   std::thread reader([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     char buf[8192];
     for (;;) {
-      ssize_t r = read(p[0], buf, sizeof buf);
+      ssize_t r = read(reader_end, buf, sizeof buf);
       if (r <= 0) break;
       got.append(buf, r);
     }
@@ -2596,9 +2601,7 @@ TEST(IoChildTest, ConcurrentWritesWithDeadlinesToABlockingStdoutDoNotInterleave)
 // the pipe is read.
 [[noreturn]] void ConcurrentStdoutWriteDeadlinesChild() {
   goro_test::Watchdog dog(absl::Seconds(40), "concurrent Writes with deadlines to a blocking stdout nobody reads");
-  int p[2];
-  if (pipe(p) != 0 || dup2(p[1], STDOUT_FILENO) != STDOUT_FILENO) _exit(3);
-  close(p[1]);
+  const int reader_end = PipeOnStdStream(STDOUT_FILENO);
   goro_test::RunBounded([&] {
     std::atomic<int> returned{0};
     absl::Status status[2];
@@ -2617,7 +2620,7 @@ TEST(IoChildTest, ConcurrentWritesWithDeadlinesToABlockingStdoutDoNotInterleave)
     }
     if (!goro_test::Eventually([&] { return returned.load() == 2; }, absl::Seconds(10))) {
       CHILD_CHECK(false, "a Write with a 300 ms deadline was still under way 10 s later");
-      std::thread([fd = p[0]] {  // free it
+      std::thread([fd = reader_end] {  // free it
         char buf[8192];
         while (read(fd, buf, sizeof buf) > 0) {
         }
@@ -2646,9 +2649,7 @@ TEST(IoChildTest, ConcurrentWritesToABlockingStdoutNobodyReadsKeepTheirDeadlines
 // empty again blocks there.
 [[noreturn]] void ConcurrentStdinReadDeadlinesChild() {
   goro_test::Watchdog dog(absl::Seconds(40), "concurrent Reads with deadlines of a blocking stdin");
-  int p[2];
-  if (pipe(p) != 0 || dup2(p[0], STDIN_FILENO) != STDIN_FILENO) _exit(3);
-  close(p[0]);
+  const int writer_end = PipeOnStdStream(STDIN_FILENO);
   goro_test::RunBounded([&] {
     std::atomic<int> returned{0};
     absl::StatusOr<size_t> result[2] = {absl::UnknownError("not run"), absl::UnknownError("not run")};
@@ -2666,10 +2667,10 @@ TEST(IoChildTest, ConcurrentWritesToABlockingStdoutNobodyReadsKeepTheirDeadlines
       });
     }
     goro::SleepFor(absl::Milliseconds(50));
-    CHILD_CHECK(write(p[1], "x", 1) == 1, "write: %s", strerror(errno));
+    CHILD_CHECK(write(writer_end, "x", 1) == 1, "write: %s", strerror(errno));
     if (!goro_test::Eventually([&] { return returned.load() == 2; }, absl::Seconds(10))) {
       CHILD_CHECK(false, "a Read with a 300 ms deadline was still under way 10 s later");
-      CHILD_CHECK(write(p[1], "y", 1) == 1, "write: %s", strerror(errno));  // free it
+      CHILD_CHECK(write(writer_end, "y", 1) == 1, "write: %s", strerror(errno));  // free it
     }
     wg.Wait();
     int got_x = 0, timed_out = 0;
