@@ -475,6 +475,11 @@ void AcquireP(M* m, P* p) {
   p->status = P::Status::kRunning;
   p->m = m;
   m->p = p;
+  // The first goroutine starts a new slice, even one a timer just put in
+  // runnext: the P ran nothing while it was idle (or handed off), and sysmon
+  // has not seen its tick move meanwhile, so an inherited slice would be
+  // timed from before that and preempted (or revoked) at once.
+  p->slice_spent = true;
   WakeSysmon();
 }
 

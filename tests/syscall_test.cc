@@ -858,6 +858,38 @@ TEST(SyscallTest, RevokedGoroutineThatComputesGetsAPBackWithAsyncPreemptionOff) 
 
 TEST(SyscallTest, RetakesToTheIdleListAreNotHandoffs) { EXPECT_CHILD_OK(IdleRetakesAreNotHandoffsChild()); }
 
+// A P that went idle starts a new slice with the first goroutine it runs,
+// even one its timer put in runnext (which otherwise inherits the slice).
+// On 1 P a lone goroutine sleeps 3 ms (the P goes idle), then makes a
+// 300 us unmarked call, 40 times. Nothing waits for the P, so sysmon may
+// take it only from a call that has run 10 ms. Fails if the slice is
+// inherited across the idle time: the P's tick never moves, sysmon times
+// the call from the first slice, and takes the P in most rounds (33-48 of 50
+// in the reviewer's runs; checked by hand: 31-33 of 40 here, and the tick moved once or twice).
+[[noreturn]] void IdlePStartsANewSliceChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "a P back from idle starts a new slice");
+  goro::Run(
+      [] {
+        using goro::internal::sched;
+        constexpr int kRounds = 40;
+        const uint32_t tick0 = sched.allp[0]->schedtick.load();
+        int taken = 0;
+        for (int i = 0; i < kRounds; ++i) {
+          goro::SleepFor(absl::Milliseconds(3));
+          usleep(300);  // deliberately unmarked
+          taken += !HoldsAP();
+        }
+        const uint32_t ticks = sched.allp[0]->schedtick.load() - tick0;
+        CHILD_CHECK(ticks >= kRounds, "the P's tick moved %u times in %d wake-ups from idle", ticks, kRounds);
+        // A call can take 10 ms on a loaded host: allow a few.
+        CHILD_CHECK(taken <= 5, "sysmon took the P during %d of %d 300 us calls", taken, kRounds);
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, APBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(IdlePStartsANewSliceChild()); }
+
 // A marked region inside another (goro::Syscall around code that marks its
 // own calls) is part of the outer one. On 1 P the goroutine must be able to
 // run on afterwards. Fails without the nesting count: the inner region's
