@@ -544,6 +544,17 @@ inline void NoteThread() {
     FatalGoroCallInMarkedRegion();
   }
 }
+// Whether a public entry may take a fast path with no RuntimeScope: one that
+// touches only its own object's atomics (no P, no runtime lock, no park),
+// as an uncontended Mutex does. True on a goroutine outside marked regions
+// with no preemption request pending, where RuntimeScope would only raise
+// and lower preempt_off. Otherwise the caller takes its slow path, which
+// takes a RuntimeScope (and makes its checks). Two loads after the TLS load.
+inline bool MayTakeFastPath() {
+  G* g = CurrentGoroutine();
+  return g != nullptr && g->syscall_depth == 0 &&
+         g->stackguard0.load(std::memory_order_relaxed) != kStackPreempt;
+}
 // True on a goroutine (not on g0, not on a plain thread).
 bool OnGoroutine();
 // A goroutine's function has returned: fatal if it left a marked region

@@ -20,14 +20,37 @@ using internal::WaitReason;
 // ---------------------------------------------------------------------------
 // WaitGroup
 
+// Add and Wait take their fast paths without a RuntimeScope (see
+// MayTakeFastPath): an Add that leaves the counter above zero, or at zero
+// with nobody waiting, and a Wait on a zero counter touch only state_.
+
 void WaitGroup::Add(int64_t n) {
-  internal::RuntimeScope scope;
   // The counter is the state's high 32 bits: a wider delta would lose bits.
+  if (!internal::MayTakeFastPath() || n < INT32_MIN || n > INT32_MAX) return AddSlow(n);
+  uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
+                   (static_cast<uint64_t>(n) << 32);
+  int32_t v = static_cast<int32_t>(state >> 32);
+  uint32_t w = static_cast<uint32_t>(state);
+  // Settle has something to do only if the counter went negative, reached
+  // zero with waiters to release, or rose from zero while they wait.
+  if (w == 0 ? v >= 0 : v > 0 && (n <= 0 || v != n)) return;
+  Settle(n, state);
+}
+
+void WaitGroup::AddSlow(int64_t n) {
+  internal::RuntimeScope scope;
   if (n < INT32_MIN || n > INT32_MAX) {
     internal::FatalG(absl::StrCat("sync: WaitGroup delta ", n, " out of int32 range"));
   }
   uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
                    (static_cast<uint64_t>(n) << 32);
+  Settle(n, state);
+}
+
+// The rest of an Add that made `state`: its misuse checks, and the release
+// of the waiters when the counter reached zero.
+void WaitGroup::Settle(int64_t n, uint64_t state) {
+  internal::RuntimeScope scope;
   int32_t v = static_cast<int32_t>(state >> 32);
   uint32_t w = static_cast<uint32_t>(state);
   if (v < 0) internal::FatalG("sync: negative WaitGroup counter");
@@ -48,6 +71,11 @@ void WaitGroup::Add(int64_t n) {
 }
 
 void WaitGroup::Wait() {
+  if (internal::MayTakeFastPath() && (state_.load(std::memory_order_acquire) >> 32) == 0) return;
+  WaitSlow();
+}
+
+void WaitGroup::WaitSlow() {
   internal::RuntimeScope scope;
   uint64_t state = state_.load(std::memory_order_acquire);
   for (;;) {

@@ -66,6 +66,17 @@ __attribute__((noinline)) void CooperativeHogUntil(const std::atomic<bool>* stop
   while (!stop->load(std::memory_order_relaxed)) goro::Checkpoint();
 }
 
+// A loop whose only calls are WaitGroup fast paths (no RuntimeScope): they
+// are safe points all the same.
+__attribute__((noinline)) void WaitGroupHogUntil(const std::atomic<bool>* stop) {
+  goro::WaitGroup wg;
+  while (!stop->load(std::memory_order_relaxed)) {
+    wg.Add(1);
+    wg.Done();
+    wg.Wait();
+  }
+}
+
 // With max_procs=2, starts `hogs` goroutines running `hog`, then asks for the
 // main goroutine to be scheduled again (a 20 ms sleep) and sets `stop`. Returns
 // whether it managed to within `limit` (the child's plain-thread watchdog ends
@@ -123,6 +134,14 @@ TEST(PreemptTest, TightLoopWithoutCallsIsPreemptedAsynchronously) {
 
 TEST(PreemptTest, CheckpointHonoursPreemptionWithAsyncOff) {
   EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), CooperativeHogUntil, 2, /*expect_stop=*/true,
+                                 absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// Fails (the plain thread's verdict after 30 s) if a fast path skips the
+// preemption request along with the RuntimeScope.
+TEST(PreemptTest, WaitGroupFastPathsHonourPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), WaitGroupHogUntil, 2, /*expect_stop=*/true,
                                  absl::Seconds(30)),
               ::testing::ExitedWithCode(0), "");
 }

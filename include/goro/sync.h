@@ -44,6 +44,10 @@ class WaitGroup {
   void Wait();
 
  private:
+  void AddSlow(int64_t n);
+  void Settle(int64_t n, uint64_t state);
+  void WaitSlow();
+
   // High 32 bits: the counter. Low 32 bits: the number of waiters.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint32_t> sema_{0};
