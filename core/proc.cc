@@ -129,7 +129,9 @@
 //   a TSC stamp taken when the slice starts (see core/sysmon.cc).
 // * The C++ exception state (the caught-exception chain and
 //   uncaught_exceptions(), per thread in libstdc++) is swapped with each
-//   goroutine, so a goroutine parked in a catch block keeps its exception.
+//   goroutine, so a goroutine parked in a catch block keeps its exception;
+//   so is std::call_once's callable, which libstdc++ passes to pthread_once
+//   in thread-locals that inline code sets, where a signal may preempt.
 // * Yield puts the goroutine at the tail of its own P's ring when the global
 //   queue is empty, and on the global queue (as Go's Gosched always does)
 //   otherwise: with nobody waiting globally there is nobody to be unfair to,
@@ -165,6 +167,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -266,6 +269,41 @@ int64_t Nanotime() {
 int64_t CoarseNanotime() { return sched.coarse_now.load(std::memory_order_relaxed); }
 
 EhGlobals* ThreadEhGlobals() { return reinterpret_cast<EhGlobals*>(abi::__cxa_get_globals()); }
+
+namespace {
+
+// Records where this thread keeps the goroutine-owned parts of the C++
+// runtime's per-thread state.
+void InitThreadCxxState(M* m) {
+  m->eh = ThreadEhGlobals();
+#if defined(__GLIBCXX__) && defined(_GLIBCXX_HAVE_TLS)
+  m->once_callable = &std::__once_callable;
+  m->once_call = &std::__once_call;
+#endif
+}
+
+// Puts g's share of that state on m's thread, before g runs there.
+inline void InstallCxxState(M* m, G* g) {
+  *m->eh = g->eh;
+  if (m->once_callable != nullptr) {
+    *m->once_callable = g->once.callable;
+    *m->once_call = g->once.call;
+  }
+}
+
+// Takes it back into g when g stops running on m, leaving the thread's clear.
+inline void SaveCxxState(M* m, G* g) {
+  g->eh = *m->eh;
+  *m->eh = EhGlobals{};
+  if (m->once_callable != nullptr) {
+    g->once.callable = *m->once_callable;
+    g->once.call = *m->once_call;
+    *m->once_callable = nullptr;
+    *m->once_call = nullptr;
+  }
+}
+
+}  // namespace
 
 }  // namespace goro::internal
 
@@ -1053,7 +1091,7 @@ void PrepareToRun(M* m, G* g, bool inherit) {
 // Runs g on the current M until it switches back to g0.
 void Execute(M* m, G* g, bool inherit) {
   PrepareToRun(m, g, inherit);
-  *m->eh = g->eh;  // the goroutine's exceptions in flight, on this thread
+  InstallCxxState(m, g);  // the goroutine's exceptions in flight, on this thread
   SanStartSwitch(&m->g0san, g->san, false);
   arch::SwitchContext(&m->g0ctx, &g->ctx);
   SanFinishSwitch(&m->g0san);
@@ -1061,8 +1099,7 @@ void Execute(M* m, G* g, bool inherit) {
   // to another one (TryYieldDirect), which switched here, while g itself may
   // now run on another M. Save its exception state before anyone can run it
   // elsewhere (FinishSwitchOnG0).
-  m->curg->eh = *m->eh;
-  *m->eh = EhGlobals{};
+  SaveCxxState(m, m->curg);
   m->in_switch.store(false, std::memory_order_relaxed);
 }
 
@@ -1360,7 +1397,7 @@ __attribute__((no_sanitize("null"))) void* MStart(void* arg) {
   m->tid = static_cast<pid_t>(::syscall(SYS_gettid));
   pthread_setname_np(pthread_self(), "goro-m");  // not its creator's name
   pthread_getcpuclockid(pthread_self(), &m->cpu_clock);
-  m->eh = ThreadEhGlobals();
+  InitThreadCxxState(m);
   MInitSignals(m);
   SanInitThreadContext(&m->g0san);
   pthread_sigmask(SIG_SETMASK, &m_sigmask, nullptr);
@@ -1483,8 +1520,8 @@ bool TryYieldDirect(M* m, G* g1) {
   m->pending_yield = g1;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   PrepareToRun(m, g2, inherit);
-  g1->eh = *m->eh;
-  *m->eh = g2->eh;
+  SaveCxxState(m, g1);
+  InstallCxxState(m, g2);
   SanStartSwitch(&g1->san, g2->san, false);
   arch::SwitchContext(&g1->ctx, &g2->ctx);
   SanFinishSwitch(&g1->san);

@@ -123,6 +123,18 @@ struct EhGlobals {
 };
 EhGlobals* ThreadEhGlobals();  // this thread's (libstdc++ __cxa_get_globals)
 
+// libstdc++'s std::call_once hands its callable to the pthread_once proxy in
+// two thread-locals (std::__once_callable and std::__once_call): inline code
+// in the program sets them just before pthread_once, and an inline lambda
+// reads them just inside it. Both places are preemptible code, so a goroutine
+// interrupted in between must find its values again on the thread where it
+// resumes (or it calls through a null pointer, or another goroutine's
+// callable). g0 swaps them with the exception state.
+struct OnceGlobals {
+  void* callable = nullptr;
+  void (*call)() = nullptr;
+};
+
 // A goroutine stack: usable memory [lo, hi); its guard (kStackGuardSize) lies
 // below lo.
 struct Stack {
@@ -206,7 +218,8 @@ struct alignas(64) G {
   // that kept the P counts kSyscallKeptP instead of 1. The goroutine's own.
   int32_t syscall_depth = 0;
   void* param = nullptr;
-  EhGlobals eh;  // the exception state while not running
+  EhGlobals eh;      // the exception state while not running
+  OnceGlobals once;  // std::call_once's callable while not running
 
   // --- cold ---
   Note note;
@@ -277,6 +290,10 @@ struct M {
   // that the SIGSEGV handler knows whose stack the switch pushes onto.
   G* pending_yield = nullptr;
   EhGlobals* eh = nullptr;  // this thread's exception state
+  // This thread's std::call_once thread-locals (OnceGlobals); null with a
+  // C++ library that keeps none.
+  void** once_callable = nullptr;
+  void (**once_call)() = nullptr;
   pthread_t thread{};
   pid_t tid = 0;
   clockid_t cpu_clock = 0;  // this thread's CPU-time clock (sysmon reads it)
