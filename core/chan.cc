@@ -198,6 +198,7 @@ bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
     return true;
   }
   if (c->closed_) {
+    c->ops_->reset_opt(out);
     *received = false;
     return true;
   }
@@ -303,7 +304,10 @@ void ChanClose(ChanCore* c) {
     s->g->sched_link = wake;
     wake = s->g;
   };
-  while (Sudog* s = c->recvq.Pop()) collect(s);
+  while (Sudog* s = c->recvq.Pop()) {
+    c->ops_->reset_opt(s->elem);  // a receiver's optional: closed, no value
+    collect(s);
+  }
   while (Sudog* s = c->sendq.Pop()) collect(s);
   c->lock.Unlock();
   while (wake != nullptr) {

@@ -365,6 +365,40 @@ TEST(SelectTest, ValueBeatsALongTimeout) {
   });
 }
 
+// A receive case writes its target only when it is chosen, as Go's
+// `case v = <-c:` does: a value, or nullopt once the channel is closed and
+// drained - also for a case kept and used again, and for a Select blocked
+// when Close comes. Fails if the target is reset when the case is made
+// (it was): the kept case kept its old 7, and the default's Select wiped 42.
+TEST(SelectTest, RecvCaseWritesItsTargetOnlyWhenChosen) {
+  RunBounded([] {
+    goro::Chan<int> c(1);
+    std::optional<int> v;
+    const goro::SelectCase kept = goro::OnRecv(c, &v);
+    c.Send(7);
+    EXPECT_EQ(goro::Select(kept), 0);
+    EXPECT_EQ(v, std::optional<int>(7));
+    c.Close();
+    EXPECT_EQ(goro::Select(kept), 0);
+    EXPECT_EQ(v, std::nullopt) << "a kept case on a closed, drained channel kept its last value";
+
+    goro::Chan<int> idle;
+    std::optional<int> last = 42;
+    EXPECT_EQ(goro::Select(goro::OnRecv(idle, &last), goro::OnDefault()), 1);
+    EXPECT_EQ(last, std::optional<int>(42)) << "a case that was not chosen changed its target";
+
+    goro::Chan<int> closing;
+    std::optional<int> got = 5;
+    goro::Go([closing]() mutable {
+      goro::SleepFor(absl::Milliseconds(5));
+      closing.Close();
+    });
+    EXPECT_EQ(goro::Select(goro::OnRecv(closing, &got), goro::OnRecv(idle, &last)), 0);
+    EXPECT_EQ(got, std::nullopt) << "the Close that woke the Select left its target's old value";
+    EXPECT_EQ(last, std::optional<int>(42));
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Fairness: among ready cases the choice is uniformly random.
 

@@ -38,6 +38,7 @@ namespace internal {
 struct ElemOps {
   void (*to_raw)(void* raw, void* src);  // move-construct a T at raw from *src
   void (*to_opt)(void* opt, void* src);  // emplace *src into a std::optional<T>
+  void (*reset_opt)(void* opt);          // reset a std::optional<T>: closed, no value
   void (*destroy)(void* raw);            // destroy the T at raw
   size_t size;
   size_t align;
@@ -49,6 +50,7 @@ inline constexpr ElemOps kElemOps = {
     [](void* opt, void* src) noexcept {
       static_cast<std::optional<T>*>(opt)->emplace(std::move(*static_cast<T*>(src)));
     },
+    [](void* opt) noexcept { static_cast<std::optional<T>*>(opt)->reset(); },
     [](void* raw) noexcept { static_cast<T*>(raw)->~T(); },
     sizeof(T),
     alignof(T),
@@ -242,15 +244,13 @@ SelectCase OnSend(Chan<T>&& c, T* v) {
   return SelectCase({c.core(), internal::CaseDir::kSend, v}, c.core());
 }
 // Receives into `*out` if this case is chosen: a value, or nullopt if `c` is
-// closed and drained.
+// closed and drained. If another case is chosen, `*out` is left alone.
 template <typename T>
 SelectCase OnRecv(Chan<T>& c, std::optional<T>* out) {
-  out->reset();
   return SelectCase({c.core(), internal::CaseDir::kRecv, out});
 }
 template <typename T>
 SelectCase OnRecv(Chan<T>&& c, std::optional<T>* out) {
-  out->reset();
   return SelectCase({c.core(), internal::CaseDir::kRecv, out}, c.core());
 }
 // Chosen when no other case can proceed at once; makes Select non-blocking.
