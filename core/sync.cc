@@ -255,8 +255,13 @@ void Mutex::UnlockSlow(int32_t old) {
 // removes a timer before it fires drops its count: the waker of a parked
 // waiter, after dropping lock_ and before making it runnable (the record,
 // on the waiter's stack, is valid until then); the park commit of a waiter
-// woken before it parked; ~CondVar for a waiter it detaches. A fired timer's
-// callback drops it as its last touch of the CondVar. So ~CondVar never
+// woken while it was committing; ~CondVar for a waiter it detaches. A fired
+// timer's callback drops it as its last touch of the CondVar. The timer is
+// added only in the park commit, so a waiter woken before its commit began
+// has none: its waker drops the count, under lock_. (That waiter may be
+// anywhere between its Unlock of the Mutex - which in starvation mode hands
+// the Mutex over and yields - and its park, and at exit it may be frozen
+// there for good.) So ~CondVar never
 // waits for a woken waiter to run - which one frozen at exit never does -
 // only for a callback or a waker already under way, in runtime code.
 //
@@ -268,12 +273,14 @@ void Mutex::UnlockSlow(int32_t old) {
 // `timer_state`.
 
 struct CondVar::Waiter {
-  // `state`: kWaiting until the park commit makes it kParked, or a waker
-  // (holding lock_) makes it kWoken from either; the waker Readies the
-  // goroutine only if it had parked.
+  // `state`: kWaiting until the park commit begins (kCommitting: it adds the
+  // timer) and ends (kParked), or a waker (holding lock_) makes it kWoken
+  // from any of them. The waker Readies the goroutine only if it had parked,
+  // and drops the timer's count if the commit had not begun.
   static constexpr uint32_t kWaiting = 0;
   static constexpr uint32_t kParked = 1;
   static constexpr uint32_t kWoken = 2;
+  static constexpr uint32_t kCommitting = 3;
   // `timer_state` of a WaitFor: kAttached until its callback starts
   // (kTimingOut: it will take lock_ and drop the count) or ~CondVar detaches
   // the waiter (kDetached: the destructor dropped the count; the callback
@@ -322,11 +329,17 @@ void Unlink(CondVar::Waiter*& head, CondVar::Waiter*& tail, CondVar::Waiter* w) 
 struct CondVarAccess {
   // Unlinks w (lock_ held) and returns its goroutine if it has parked. If it
   // has not, its commit sees kWoken and does not park: w may be gone as soon
-  // as the exchange is done.
+  // as the exchange is done. If its commit had not even begun, it never adds
+  // its timer, and the timer's count is dropped here: the waiter may not run
+  // again (frozen at exit) while ~CondVar waits for the count.
   static internal::G* WakeLocked(CondVar* cv, CondVar::Waiter* w, bool signalled) {
     Unlink(cv->head_, cv->tail_, w);
     w->signalled = signalled;
-    return WakeDetached(w);
+    const bool timed = w->timed;
+    internal::G* g = w->g;
+    uint32_t was = w->state.exchange(CondVar::Waiter::kWoken, std::memory_order_acq_rel);
+    if (was == CondVar::Waiter::kWaiting && timed) cv->timers_.fetch_sub(1, std::memory_order_release);
+    return was == CondVar::Waiter::kParked ? g : nullptr;
   }
   // Marks w woken; returns its goroutine to Ready if it had parked. Touches
   // only the record. For a waiter no longer queued, a waker may have woken
@@ -361,9 +374,9 @@ struct CondVarAccess {
   // and then drops its count - the last touch of the CondVar, which the
   // count keeps alive until then. If it has fired, its callback dropped the
   // count (DelTimer waits for one still running). By the waker of a parked
-  // waiter before it Readies it, or by the park commit of one woken before
-  // it parked: never by the woken goroutine, which may not run again (frozen
-  // at exit) while ~CondVar waits for the count.
+  // waiter before it Readies it, or by the park commit of one woken while
+  // it committed: never by the woken goroutine, which may not run again
+  // (frozen at exit) while ~CondVar waits for the count.
   static void DropTimerOfWoken(CondVar::Waiter* w) {
     if (w->timer == nullptr || !internal::DelTimer(w->timer)) return;
     w->cv->timers_.fetch_sub(1, std::memory_order_release);
@@ -393,17 +406,22 @@ struct CondVarPark {
 
 // On g0, after the waiter switched away. A waker may have unlinked it since
 // it was enqueued, and the CondVar may be gone: only the waiter's record and
-// timer are touched. A successful CAS is the last touch of those too, since
-// a waker that sees kParked Readies the goroutine, on whose stack they live.
-// A waiter woken before it parked takes its timer back here, on g0, where
-// nothing can freeze it at exit: ~CondVar may be waiting for the count
-// (which keeps the CondVar alive until the fetch_sub).
+// timer are touched. A successful CAS to kParked is the last touch of those
+// too, since a waker that sees kParked Readies the goroutine, on whose stack
+// they live. A waiter woken before the commit began has no timer, and its
+// waker dropped the count; one woken while committing takes its timer back
+// here, on g0, where nothing can freeze it at exit: ~CondVar may be waiting
+// for the count (which keeps the CondVar alive until the fetch_sub).
 bool CommitCondVarPark(internal::G*, void* arg) {
   auto* a = static_cast<CondVarPark*>(arg);
   CondVar::Waiter* w = a->w;
-  if (a->timer != nullptr) internal::AddTimer(a->timer);
   uint32_t waiting = CondVar::Waiter::kWaiting;
-  if (w->state.compare_exchange_strong(waiting, CondVar::Waiter::kParked, std::memory_order_acq_rel)) return true;
+  if (!w->state.compare_exchange_strong(waiting, CondVar::Waiter::kCommitting, std::memory_order_acq_rel)) {
+    return false;
+  }
+  if (a->timer != nullptr) internal::AddTimer(a->timer);
+  uint32_t committing = CondVar::Waiter::kCommitting;
+  if (w->state.compare_exchange_strong(committing, CondVar::Waiter::kParked, std::memory_order_acq_rel)) return true;
   CondVarAccess::DropTimerOfWoken(w);
   return false;
 }

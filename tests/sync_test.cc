@@ -785,6 +785,55 @@ TEST(CondVarTest, DestroyedDuringExitWithoutWaitingForAFrozenWokenWaiter) {
   EXPECT_EXIT(ExitWithAFlusherWaitingForAMinuteChild(/*signal_all=*/true), ::testing::ExitedWithCode(0), "");
 }
 
+// A WaitFor waiter can be signalled before it parks: its Unlock of a Mutex
+// in starvation mode hands the Mutex to the starving waiter and yields to it,
+// and that one signals the CondVar. On 1 P: W holds mu while S waits more
+// than 1 ms for it (starvation), then W waits on the global CondVar; S gets
+// mu, SignalAll()s W (queued, not parked, holding a timer's count) and keeps
+// the P. exit() freezes W before it runs again, and ~CondVar runs. Fails
+// (the watchdog, after 10 s) if only W itself can drop the count: ~CondVar
+// yields for it for good. The reviewer's reproducer hung 10 of 10 runs.
+struct StarvedSignaller {
+  goro::Mutex mu;
+  goro::CondVar cv;  // destroyed by exit(), after the freeze
+  std::atomic<bool> signalled{false};
+} starved_signaller;
+
+[[noreturn]] void WaiterSignalledBeforeItParksChild() {
+  Watchdog dog(absl::Seconds(10), "exit() destroying a CondVar whose waiter was signalled before it parked");
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  goro::Run([] {}, opts);
+  goro::Go([] {  // W
+    StarvedSignaller& s = starved_signaller;
+    goro::WaitGroup s_blocked;
+    s_blocked.Add(1);
+    s.mu.Lock();
+    goro::Go([&s, &s_blocked] {  // S
+      s_blocked.Done();
+      s.mu.Lock();  // waits, and starves
+      s.cv.SignalAll();
+      s.mu.Unlock();
+      s.signalled = true;
+      for (;;) goro::Checkpoint();  // keeps the P until exit() sets it aside
+    });
+    s_blocked.Wait();
+    goro::Yield();  // S blocks in Lock
+    goro_test::Spin(absl::Milliseconds(3));
+    s.mu.Unlock();
+    s.mu.Lock();     // before the woken S runs: it waits again, now over 1 ms
+    goro::Yield();   // S finds mu held and switches it to starvation mode
+    s.cv.WaitFor(s.mu, absl::Seconds(30));
+    s.mu.Unlock();
+  });
+  while (!starved_signaller.signalled.load()) goro_test::Pause(absl::Microseconds(100));
+  exit(0);
+}
+
+TEST(CondVarTest, DestroyedDuringExitAfterSignallingAWaiterThatHadNotParked) {
+  EXPECT_EXIT(WaiterSignalledBeforeItParksChild(), ::testing::ExitedWithCode(0), "");
+}
+
 TEST(CondVarTest, WaitAndSignalProducerConsumer) {
   RunBounded([] {
     goro::Mutex mu;
