@@ -38,12 +38,18 @@
 //     not follow it. (A handler installed with SA_NODEFER and an empty
 //     sa_mask cannot be told apart this way; such handlers must not be on
 //     goroutine threads.)
+//   - the handler runs on the M's alternate stack. Called by a handler of
+//     the program's installed later without SA_ONSTACK, it runs on the
+//     goroutine's stack, below the kernel's signal frame, which begins right
+//     under the red zone: the injected return address would overwrite that
+//     frame (the XSAVE area's end marker, and then sigreturn restores only
+//     the SSE part of the vector state);
 //   - the PC is in preemptible code (core/preempt.cc);
 //   - the stack pointer is on the goroutine's stack, with room below the red
 //     zone for the trampoline's frame.
 // Otherwise the request stays in stackguard0: the goroutine yields at its next
 // safe point, and sysmon signals again if it does not - at once when the last
-// three rules refused it (the handler wakes sysmon), then with back-off.
+// four rules refused it (the handler wakes sysmon), then with back-off.
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -133,6 +139,15 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   // later. Refusals above need no retry: the runtime code or the switch in
   // progress reaches a point that honours the request by itself.
   if (!IsMSignalMask(uc->uc_sigmask)) {  // interrupted with another mask than its M's
+    WakeSysmonToRetry();
+    errno = saved_errno;
+    return;
+  }
+  // Not on the M's alternate stack: called by a handler of the program's
+  // that runs on the goroutine's stack, right below the kernel's frame.
+  const auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const auto alt = reinterpret_cast<uintptr_t>(m->altstack);
+  if (frame < alt || frame >= alt + m->altstack_size) {
     WakeSysmonToRetry();
     errno = saved_errno;
     return;

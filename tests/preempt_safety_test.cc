@@ -51,6 +51,7 @@ void goro_test_spin_until_excluded_end();
 uint64_t goro_test_spin_with_df(const volatile uint8_t* stop, uint64_t* counter);
 uint64_t goro_test_spin_red_zone(const volatile uint8_t* stop, uint64_t* counter);
 uint64_t goro_test_spin_with_ac(const volatile uint8_t* stop, uint64_t* counter);
+uint64_t goro_test_spin_vector(const volatile uint8_t* stop, uint64_t* counter, uint64_t offset, uint64_t avx512);
 }
 
 namespace {
@@ -1010,6 +1011,96 @@ TEST(PreemptSafetyTest, ReplacedPreemptionHandlerIsOneFatalLineNotAHang) {
 TEST(PreemptSafetyTest, PreviousSigIgnWithSiginfoIsHonoured) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(IgnoredWithSiginfoChild());
+}
+
+// The program installs a SIGURG handler after the runtime started that calls
+// the previous one, goro's, as a well-behaved handler does. Installed
+// without SA_ONSTACK, it runs on the goroutine's stack, and the kernel's
+// signal frame (with the XSAVE area) begins right below the interrupted red
+// zone: goro's handler, called from there, must not inject a call, whose
+// return address it would write into that frame. Eight call-free loops on 2
+// Ps, one for each stack pointer modulo 64, check the upper halves of the
+// ymm registers (and, with AVX-512, zmm16..31 and the mask registers); a
+// plain thread stops them once the program's handler has run 200 times (or
+// after 5 s). Without SA_ONSTACK no loop may be preempted by signal; with
+// it, goro's handler runs on the M's alternate stack and preempts as usual.
+// Either way no register may change. Fails without the check on the stack
+// the handler runs on: the return address landed on the XSAVE area's end
+// marker for one of the eight stack positions, sigreturn restored only the
+// SSE state, and that loop found every ymm upper half zeroed.
+struct sigaction chained_previous;
+std::atomic<uint64_t> chained_calls{0};
+
+void ChainingHandler(int sig, siginfo_t* info, void* uc) {
+  chained_calls.fetch_add(1, std::memory_order_relaxed);
+  if (chained_previous.sa_flags & SA_SIGINFO) chained_previous.sa_sigaction(sig, info, uc);
+}
+
+[[noreturn]] void ChainingHandlerChild(bool onstack, bool avx512) {
+  goro_test::Watchdog dog(absl::Seconds(25), "a chaining SIGURG handler");
+  constexpr int kLoops = 8;
+  static Spin spins[kLoops];
+  static uint64_t bad[kLoops], preemptions[kLoops];
+  static uint64_t async_before = 0;
+  goro::Run(
+      [onstack, avx512] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = ChainingHandler;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART | (onstack ? SA_ONSTACK : 0);
+        sigemptyset(&sa.sa_mask);
+        CHILD_CHECK(sigaction(SIGURG, &sa, &chained_previous) == 0, "sigaction: %s", strerror(errno));
+        async_before = goro::GetStats().async_preemptions;
+        // Without preemption by signal the loops keep both Ps: a plain
+        // thread stops them.
+        std::thread stopper([] {
+          auto start = Now();
+          while (chained_calls.load() < 200 && Since(start) < absl::Seconds(5)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          for (auto& s : spins) s.stop = 1;
+        });
+        goro::WaitGroup wg;
+        wg.Add(kLoops);
+        for (int i = 0; i < kLoops; ++i) {
+          goro::Go([i, avx512, &wg] {
+            bad[i] = goro_test_spin_vector(reinterpret_cast<const volatile uint8_t*>(&spins[i].stop),
+                                           reinterpret_cast<uint64_t*>(&spins[i].counter), i, avx512);
+            preemptions[i] = goro::CurrentGoroutinePreemptions();
+            wg.Done();
+          });
+        }
+        wg.Wait();
+        stopper.join();
+      },
+      Opts(2, absl::Microseconds(200)));
+  const uint64_t async = goro::GetStats().async_preemptions - async_before;
+  for (int i = 0; i < kLoops; ++i) {
+    fprintf(stderr, "loop %d: %llu iterations, %llu preemptions, %llu failed checks\n", i,
+            U(spins[i].counter.load()), U(preemptions[i]), U(bad[i]));
+    CHILD_CHECK(bad[i] == 0, "loop %d (stack pointer 8*%d lower): %llu failed register checks", i, i, U(bad[i]));
+  }
+  fprintf(stderr, "the program's handler ran %llu times; %llu async preemptions\n", U(chained_calls.load()),
+          U(async));
+  CHILD_CHECK(chained_calls.load() >= 20, "the program's handler ran only %llu times", U(chained_calls.load()));
+  if (onstack) {
+    CHILD_CHECK(async >= 20, "only %llu async preemptions through a handler on the alternate stack", U(async));
+  } else {
+    CHILD_CHECK(async == 0, "%llu async preemptions from a handler on the goroutine's stack", U(async));
+  }
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, ChainingHandlerOnTheGoroutineStackNeverInjects) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  if (!__builtin_cpu_supports("avx")) GTEST_SKIP() << "the loops check ymm registers: no AVX here";
+  EXPECT_CHILD_OK(ChainingHandlerChild(/*onstack=*/false, __builtin_cpu_supports("avx512f")));
+}
+
+TEST(PreemptSafetyTest, ChainingHandlerOnTheAlternateStackStillPreempts) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  if (!__builtin_cpu_supports("avx")) GTEST_SKIP() << "the loops check ymm registers: no AVX here";
+  EXPECT_CHILD_OK(ChainingHandlerChild(/*onstack=*/true, __builtin_cpu_supports("avx512f")));
 }
 
 // ---------------------------------------------------------------------------

@@ -35,6 +35,18 @@
  *       Returns how many quadwords did not hold what was written.
  *       Frame: -128(%rsp) .. -1(%rsp), the red zone:
  *         -128 + 8*i (i = 0..15): kRedZoneBase + 16*k + i in iteration k
+ *
+ *   uint64_t goro_test_spin_vector(const volatile uint8_t* stop, uint64_t* counter,
+ *                                  uint64_t offset, uint64_t avx512);
+ *       Loads ymm0..ymm14 with known values in both halves and, when avx512
+ *       is non-zero, zmm16..zmm31 and k1..k7 too; checks every iteration
+ *       that the upper half of each ymm register, the top quadword of each
+ *       zmm register and each mask register still hold them. Returns how
+ *       many checks failed. Needs AVX (and AVX-512F when asked). Spins with
+ *       its stack pointer 8*offset bytes lower (offset 0..7), so that eight
+ *       calls cover every stack pointer modulo 64. Clears the upper halves
+ *       (vzeroupper) before returning.
+ *       Frame: the saved rbp at 0(%rbp), then 8*offset bytes, unused.
  */
         .text
 
@@ -179,5 +191,88 @@ goro_test_spin_red_zone:
         ret
         .cfi_endproc
         .size   goro_test_spin_red_zone, .-goro_test_spin_red_zone
+
+
+/* rdi = stop, rsi = counter, rdx = offset, rcx = avx512; rax = iterations,
+   r8 = failed checks, r9 = expected value, r10 = scratch, r11 = avx512,
+   ymm15 = scratch */
+        .globl  goro_test_spin_vector
+        .type   goro_test_spin_vector, @function
+        .align  16
+goro_test_spin_vector:
+        .cfi_startproc
+        pushq   %rbp                         /* a frame: rsp moves by offset */
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset %rbp, 0
+        movq    %rsp, %rbp
+        .cfi_def_cfa_register %rbp
+        shlq    $3, %rdx                     /* 8*offset ... */
+        subq    %rdx, %rsp                   /* ... below the saved rbp */
+        movq    %rcx, %r11                   /* avx512 */
+        xorl    %eax, %eax                   /* iterations = 0 */
+        xorl    %r8d, %r8d                   /* failed checks = 0 */
+        movabsq $0x7ec7012000000000, %r9     /* ymm i: kVectorBase + i */
+        .irp    r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14
+        vmovq   %r9, %xmm15                  /* value in the low quadword, */
+        vpunpcklqdq %xmm15, %xmm15, %xmm15   /* in both of the low half, */
+        vinsertf128 $1, %xmm15, %ymm15, %ymm\r /* in both halves of ymm r */
+        incq    %r9
+        .endr
+        testq   %r11, %r11                   /* AVX-512 too? */
+        jz      2f
+        movabsq $0x7ec7012000000100, %r9     /* zmm i: kVectorBase + 0x100 + i */
+        .irp    r,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+        vpbroadcastq %r9, %zmm\r             /* in all eight quadwords */
+        incq    %r9
+        .endr
+        movl    $0x5a01, %r9d                /* k i: 0x5a00 + i */
+        .irp    r,1,2,3,4,5,6,7
+        kmovw   %r9d, %k\r
+        incl    %r9d
+        .endr
+2:      incq    %rax                         /* one more iteration */
+        movq    %rax, (%rsi)                 /* publish it */
+        movabsq $0x7ec7012000000000, %r9
+        .irp    r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14
+        vextractf128 $1, %ymm\r, %xmm15      /* the upper half ... */
+        vpextrq $1, %xmm15, %r10             /* ... its top quadword */
+        cmpq    %r9, %r10
+        setne   %r10b                        /* failed checks += (r10 != r9) */
+        movzbq  %r10b, %r10
+        addq    %r10, %r8
+        incq    %r9
+        .endr
+        testq   %r11, %r11
+        jz      3f
+        movabsq $0x7ec7012000000100, %r9
+        .irp    r,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+        vextracti64x4 $1, %zmm\r, %ymm15     /* the upper 256 bits ... */
+        vextractf128 $1, %ymm15, %xmm15      /* ... their upper half ... */
+        vpextrq $1, %xmm15, %r10             /* ... its top quadword */
+        cmpq    %r9, %r10
+        setne   %r10b
+        movzbq  %r10b, %r10
+        addq    %r10, %r8
+        incq    %r9
+        .endr
+        movl    $0x5a01, %r9d
+        .irp    r,1,2,3,4,5,6,7
+        kmovw   %k\r, %r10d
+        cmpl    %r9d, %r10d
+        setne   %r10b
+        movzbq  %r10b, %r10
+        addq    %r10, %r8
+        incl    %r9d
+        .endr
+3:      cmpb    $0, (%rdi)                   /* stop requested? */
+        je      2b                           /* no: go on */
+        vzeroupper                           /* the ABI's state for the caller */
+        movq    %r8, %rax                    /* return the failed checks */
+        movq    %rbp, %rsp                   /* drop the offset */
+        popq    %rbp
+        .cfi_def_cfa %rsp, 8
+        ret
+        .cfi_endproc
+        .size   goro_test_spin_vector, .-goro_test_spin_vector
 
         .section .note.GNU-stack,"",%progbits
