@@ -281,6 +281,10 @@ struct M {
   // runtime's; g0 restores it when that goroutine leaves the thread. Only
   // this M's thread touches it.
   bool sigmask_changed = false;
+  // The same for the thread's alternate signal stack (sigaltstack:
+  // signals/altstack.cc): the goroutine running here set another than the
+  // M's; g0 gives the M's back when that goroutine leaves the thread.
+  bool altstack_changed = false;
   // LockOSThread: the goroutine wired to this M, and one handed to it to run.
   G* locked_g = nullptr;
   G* next_g = nullptr;
@@ -862,6 +866,9 @@ void RestoreMSignalMask(M* m);
 // sigmask_changed they are about to write, before they read the thread's
 // mask. Unset outside that test.
 extern std::atomic<void (*)(M*)> sigmask_note_hook;
+// On m's g0: gives the thread the M's alternate signal stack back, after a
+// goroutine that set another left (signals/altstack.cc).
+void RestoreMAltStack(M* m);
 // Whether `mask` is the one every M runs with. A thread whose mask differs
 // runs inside a signal handler of the program's (which blocks at least its
 // own signal), or changed its mask itself. The kernel's mask is 64 bits on

@@ -43,7 +43,9 @@
 //     goroutine's stack, below the kernel's signal frame, which begins right
 //     under the red zone: the injected return address would overwrite that
 //     frame (the XSAVE area's end marker, and then sigreturn restores only
-//     the SSE part of the vector state);
+//     the SSE part of the vector state). On another alternate stack, the
+//     goroutine set one of its own, which belongs to this thread: it must
+//     not be moved while it has it (signals/altstack.cc);
 //   - the PC is in preemptible code (core/preempt.cc);
 //   - the stack pointer is on the goroutine's stack, with room below the red
 //     zone for the trampoline's frame.
@@ -144,7 +146,8 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
     return;
   }
   // Not on the M's alternate stack: called by a handler of the program's
-  // that runs on the goroutine's stack, right below the kernel's frame.
+  // that runs on the goroutine's stack, right below the kernel's frame, or
+  // the goroutine set an alternate stack of its own.
   const auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   const auto alt = reinterpret_cast<uintptr_t>(m->altstack);
   if (frame < alt || frame >= alt + m->altstack_size) {

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -1579,6 +1580,78 @@ TEST(PreemptSafetyTest, RuntimeThreadsKeepTheProgramsBlockedSignals) {
 TEST(PreemptSafetyTest, MaskSetByAGoroutineDoesNotOutliveItOnTheThread) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
   EXPECT_CHILD_OK(MaskLeftByAnExitedGoroutineChild());
+}
+
+// An alternate signal stack a goroutine sets is its own while it holds the
+// thread. Four goroutines on 2 Ps with 1 ms slices each give their thread an
+// alternate stack of their own twenty times, the usual way on a thread: save
+// the old one, set a new one, work, restore the old one, unmap the new one.
+// Half the rounds work in a call-free loop of a few milliseconds (requests
+// to preempt come meanwhile), half sleep 1 ms (the goroutine parks, and may
+// resume on another thread). After the loop the goroutine must be on the
+// thread it began on, with its own alternate stack; after the sleep the
+// thread's must be its M's (g0 took the goroutine's back); after the restore
+// too. Fails without the sigaltstack interposer: a goroutine that parked
+// kept its alternate stack on the thread it left, and restored that thread's
+// old one (its M's) on the thread it resumed on, two threads on one stack.
+__attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
+  uint64_t x = 0;
+  for (uint64_t i = 0; i < n; ++i) x = x * 31 + i;
+  return x;
+}
+
+// The calling thread's alternate stack, and whether it is the M's.
+bool AltStackIsTheMs() {
+  goro::NoPreemptScope same_thread;
+  stack_t cur{};
+  sigaltstack(nullptr, &cur);
+  goro::internal::M* m = goro::internal::CurrentM();
+  return !(cur.ss_flags & SS_DISABLE) && cur.ss_sp == m->altstack;
+}
+
+[[noreturn]] void OwnAltStackChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "goroutines with alternate stacks of their own");
+  static std::atomic<uint64_t> sink{0};
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        for (int i = 0; i < 4; ++i) {
+          wg.Add(1);
+          goro::Go([&wg] {
+            for (int round = 0; round < 20; ++round) {
+              const size_t size = 256 * 1024;
+              void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+              CHILD_CHECK(mem != MAP_FAILED, "mmap: %s", strerror(errno));
+              stack_t ss{}, old{}, cur{};
+              ss.ss_sp = mem;
+              ss.ss_size = size;
+              const long tid = syscall(SYS_gettid);
+              CHILD_CHECK(sigaltstack(&ss, &old) == 0, "sigaltstack: %s", strerror(errno));
+              if (round % 2 == 0) {
+                sink += CallFreeWork(3'000'000);
+                CHILD_CHECK(syscall(SYS_gettid) == tid, "moved to another thread with an alternate stack of its own");
+                sigaltstack(nullptr, &cur);
+                CHILD_CHECK(cur.ss_sp == mem, "round %d: its alternate stack was taken during the loop", round);
+              } else {
+                goro::SleepFor(absl::Milliseconds(1));
+                CHILD_CHECK(AltStackIsTheMs(), "round %d: a park left its alternate stack on the thread", round);
+              }
+              CHILD_CHECK(sigaltstack(&old, nullptr) == 0, "sigaltstack: %s", strerror(errno));
+              CHILD_CHECK(AltStackIsTheMs(), "round %d: the restore left another alternate stack than the M's",
+                          round);
+              munmap(mem, size);
+            }
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      Opts(2, absl::Milliseconds(1)));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, AltStackSetByAGoroutineStaysWithItsThread) {
+  EXPECT_CHILD_OK(OwnAltStackChild());
 }
 
 // A signal handler of the program's that reaches a safe point (Checkpoint,

@@ -1,0 +1,103 @@
+// A goroutine's changes to its thread's alternate signal stack.
+//
+// An alternate stack belongs to a thread, as its signal mask does
+// (signals/sigmask.cc), and every M has one of its own (MInitSignals): the
+// preemption handler and the stack-overflow reporter run on it. Code written
+// for threads gives a thread another one for a while - save the old, set a
+// new, work, restore the old, unmap the new - and on a goroutine the thread
+// may change in between. Resumed on another thread, the goroutine would
+// restore the first thread's alternate stack there (two threads on one
+// stack corrupt each other's signal frames), and leave the first with the
+// stack it then unmaps (the next signal there is a SIGSEGV). So goro
+// interposes sigaltstack, as it does pthread_sigmask:
+//   - a change made on a goroutine marks its M (M::altstack_changed) while
+//     the thread's alternate stack is not the M's;
+//   - the preemption handler runs on the thread's alternate stack, and
+//     declines to preempt when that is not the M's (signals/preempt_handler.cc):
+//     a goroutine is not moved by signal while it has one of its own;
+//   - when it leaves the thread anyway - it parks, yields, exits - g0 gives
+//     the thread the M's alternate stack back (RestoreMAltStack, from
+//     FinishSwitchOnG0); a goroutine wired with LockOSThread keeps its own
+//     until it exits;
+//   - one that then sets an alternate stack of another M (the old one it
+//     saved on the thread it left) gets its own M's instead.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "core/runtime.h"
+
+// The static libc's entry point; in a dynamic program dlsym(RTLD_NEXT) finds
+// libc's sigaltstack instead.
+extern "C" int __sigaltstack(const stack_t* ss, stack_t* old) __attribute__((weak));
+
+namespace goro::internal {
+namespace {
+
+using AltStackFn = int (*)(const stack_t*, stack_t*);
+
+int RawSigaltstack(const stack_t* ss, stack_t* old) { return static_cast<int>(syscall(SYS_sigaltstack, ss, old)); }
+
+std::atomic<AltStackFn> real_sigaltstack{nullptr};
+
+// libc's sigaltstack (resolved on first use, then cached), the static libc's,
+// or the system call.
+AltStackFn RealSigaltstack() {
+  AltStackFn f = real_sigaltstack.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<AltStackFn>(dlsym(RTLD_NEXT, "sigaltstack"));
+    if (f == nullptr) f = __sigaltstack;
+    if (f == nullptr) f = RawSigaltstack;
+    real_sigaltstack.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+// Resolved before main, as the mask functions are (dlsym is not
+// async-signal-safe, and sigaltstack is).
+__attribute__((constructor(101))) void ResolveSigaltstack() { RealSigaltstack(); }
+
+// Whether sp is the alternate stack of an M other than m. sched.allm may be
+// walked without a lock (core/runtime.h).
+bool IsAnotherMsAltStack(const M* m, const void* sp) {
+  for (M* o = sched.allm.load(std::memory_order_acquire); o != nullptr; o = o->alllink.load(std::memory_order_acquire)) {
+    if (o != m && o->altstack == sp) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void RestoreMAltStack(M* m) {
+  stack_t ss{};
+  ss.ss_sp = m->altstack;
+  ss.ss_size = m->altstack_size;
+  RealSigaltstack()(&ss, nullptr);
+  m->altstack_changed = false;
+}
+
+}  // namespace goro::internal
+
+extern "C" int sigaltstack(const stack_t* ss, stack_t* old) {
+  using namespace goro::internal;
+  G* g = CurrentGoroutine();
+  if (ss == nullptr || g == nullptr) return RealSigaltstack()(ss, old);  // a read, a plain thread, or g0
+  // The M, the change and the M's flag must be the same thread's: preemption
+  // is deferred meanwhile, as in the mask wrappers (signals/sigmask.cc).
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  M* m = CurrentM();
+  stack_t set = *ss;
+  if (!(set.ss_flags & SS_DISABLE) && IsAnotherMsAltStack(m, set.ss_sp)) {
+    set.ss_sp = m->altstack;  // the one it saved on the thread it left
+    set.ss_size = m->altstack_size;
+  }
+  int r = RealSigaltstack()(&set, old);
+  if (r == 0) m->altstack_changed = (set.ss_flags & SS_DISABLE) || set.ss_sp != m->altstack;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  return r;
+}
