@@ -1117,6 +1117,7 @@ G* FinishSwitchOnG0(M* m) {
   // The same for an alternate signal stack it set (signals/altstack.cc).
   const bool leaves = req == SwitchRequest::kExit || (g->locked_m == nullptr && req != SwitchRequest::kSyscallExit);
   if (m->sigmask_changed && leaves) RestoreMSignalMask(m);
+  if (m->sigmask_refused && leaves) CheckMSignalMask(m);
   if (m->altstack_changed && leaves) RestoreMAltStack(m);
   switch (req) {
     case SwitchRequest::kPark: {
@@ -1505,7 +1506,7 @@ bool TryYieldDirect(M* m, G* g1) {
   // During the freeze at exit the next goroutine may have to be set aside:
   // ScheduleOnG0 decides.
   if (sched.frozen.load(std::memory_order_acquire)) return false;
-  if (m->sigmask_changed || m->altstack_changed) return false;  // via g0, which restores them
+  if (m->sigmask_changed || m->sigmask_refused || m->altstack_changed) return false;  // via g0, which restores them
   if ((p->schedtick.load(std::memory_order_relaxed) + 1) % 16 == 0) return false;
   bool inherit;
   G* g2 = p->runq.Get(&inherit);

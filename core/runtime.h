@@ -281,6 +281,12 @@ struct M {
   // runtime's; g0 restores it when that goroutine leaves the thread. Only
   // this M's thread touches it.
   bool sigmask_changed = false;
+  // The preemption handler declined to preempt here because the thread's
+  // mask was not the runtime's: a signal handler of the program's, or a
+  // change the wrappers did not see (siglongjmp, setcontext, the system
+  // call). g0 checks the mask when the goroutine leaves the thread
+  // (CheckMSignalMask). Only this M's thread touches it (the handler too).
+  bool sigmask_refused = false;
   // The same for the thread's alternate signal stack (sigaltstack:
   // signals/altstack.cc): the goroutine running here set another than the
   // M's; g0 gives the M's back when that goroutine leaves the thread.
@@ -861,6 +867,10 @@ void InitMSignalMask(int preempt_signal);  // preempt_signal 0: async preemption
 // On m's g0: gives the thread the runtime's mask back, after a goroutine
 // that changed it left (signals/sigmask.cc).
 void RestoreMSignalMask(M* m);
+// On m's g0, after the preemption handler declined because of the mask
+// (M::sigmask_refused): RestoreMSignalMask if the thread's mask is not the
+// runtime's.
+void CheckMSignalMask(M* m);
 // Test seam (tests/preempt_safety_test.cc): when set, the pthread_sigmask and
 // sigprocmask wrappers call it on a goroutine with the M whose
 // sigmask_changed they are about to write, before they read the thread's

@@ -141,6 +141,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   // later. Refusals above need no retry: the runtime code or the switch in
   // progress reaches a point that honours the request by itself.
   if (!IsMSignalMask(uc->uc_sigmask)) {  // interrupted with another mask than its M's
+    m->sigmask_refused = true;  // g0 looks at the mask when the goroutine leaves
     WakeSysmonToRetry();
     errno = saved_errno;
     return;

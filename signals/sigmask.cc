@@ -15,7 +15,14 @@
 //
 // glibc's own callers (posix_spawn, system, sigsuspend) change the mask
 // through internal entry points and restore it themselves; they do not pass
-// through here.
+// through here. Its legacy calls (sighold, sigrelse, sigset, sigblock,
+// sigsetmask) use the same internal entry points and leave the change:
+// they are redone below on top of sigprocmask. What else bypasses the
+// wrappers (siglongjmp restoring a saved mask, setcontext, the system call
+// itself) is caught later: the preemption handler, declining to preempt
+// because of the mask, marks the M (M::sigmask_refused), and when the
+// goroutine running there leaves the thread, g0 reads the thread's mask
+// and puts the runtime's back if it differs.
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -23,6 +30,7 @@
 
 #include <cerrno>
 #include <atomic>
+#include <cstring>
 
 #include "core/runtime.h"
 
@@ -112,6 +120,12 @@ bool ThreadHasMSignalMask() {
 void RestoreMSignalMask(M* m) {
   RealPthreadSigmask()(SIG_SETMASK, &m_sigmask, nullptr);
   m->sigmask_changed = false;
+  m->sigmask_refused = false;
+}
+
+void CheckMSignalMask(M* m) {
+  m->sigmask_refused = false;
+  if (!ThreadHasMSignalMask()) RestoreMSignalMask(m);
 }
 
 }  // namespace goro::internal
@@ -126,4 +140,47 @@ extern "C" int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
   int r = goro::internal::RealSigprocmask()(how, set, old);
   if (r == 0 && set != nullptr) goro::internal::NoteMaskChange();
   return r;
+}
+
+// The legacy calls, as glibc does them, but through sigprocmask (above).
+namespace {
+int ChangeOne(int how, int sig) {
+  sigset_t set;
+  sigemptyset(&set);
+  if (sigaddset(&set, sig) != 0) return -1;
+  return sigprocmask(how, &set, nullptr);
+}
+
+// sigblock and sigsetmask: the mask of the first 32 signals as an int.
+int ChangeOld(int how, int mask) {
+  sigset_t set, old;
+  sigemptyset(&set);
+  set.__val[0] = static_cast<unsigned int>(mask);
+  if (sigprocmask(how, &set, &old) != 0) return -1;
+  return static_cast<int>(static_cast<unsigned int>(old.__val[0]));
+}
+}  // namespace
+
+extern "C" int sighold(int sig) noexcept { return ChangeOne(SIG_BLOCK, sig); }
+extern "C" int sigrelse(int sig) noexcept { return ChangeOne(SIG_UNBLOCK, sig); }
+extern "C" int sigblock(int mask) noexcept { return ChangeOld(SIG_BLOCK, mask); }
+extern "C" int sigsetmask(int mask) noexcept { return ChangeOld(SIG_SETMASK, mask); }
+
+extern "C" __sighandler_t sigset(int sig, __sighandler_t disp) noexcept {
+  sigset_t set, old;
+  sigemptyset(&set);
+  if (sigaddset(&set, sig) != 0) return SIG_ERR;
+  struct sigaction act, oact;
+  if (disp == SIG_HOLD) {
+    if (sigprocmask(SIG_BLOCK, &set, &old) != 0) return SIG_ERR;
+    if (sigismember(&old, sig) == 1) return SIG_HOLD;
+    if (sigaction(sig, nullptr, &oact) != 0) return SIG_ERR;
+    return oact.sa_handler;
+  }
+  memset(&act, 0, sizeof act);
+  act.sa_handler = disp;
+  sigemptyset(&act.sa_mask);
+  if (sigaction(sig, &act, &oact) != 0) return SIG_ERR;
+  if (sigprocmask(SIG_UNBLOCK, &set, &old) != 0) return SIG_ERR;
+  return sigismember(&old, sig) == 1 ? SIG_HOLD : oact.sa_handler;
 }

@@ -1582,6 +1582,91 @@ TEST(PreemptSafetyTest, MaskSetByAGoroutineDoesNotOutliveItOnTheThread) {
   EXPECT_CHILD_OK(MaskLeftByAnExitedGoroutineChild());
 }
 
+// A loop with no calls, of about n nanoseconds.
+__attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
+  uint64_t x = 0;
+  for (uint64_t i = 0; i < n; ++i) x = x * 31 + i;
+  return x;
+}
+
+// The same for masks changed out of the wrappers' sight. glibc's legacy
+// calls (sighold, sigblock, sigsetmask, sigset) change the mask through its
+// internal __sigprocmask; goro does them on top of sigprocmask instead. A
+// change by the system call itself is put back once the preemption handler
+// has declined because of it and the goroutine leaves the thread: here the
+// goroutine runs call-free until the handler has declined (it marks the M),
+// then exits. On one P the asm loop that follows must be preempted, as in
+// MaskLeftByAnExitedGoroutineChild. Fails (the main goroutine ran only after
+// the loop was stopped) without the legacy calls' wrappers (sighold, sigblock,
+// sigsetmask, sigset) or without g0's look at the mask after a refusal (raw).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy calls, and sigmask()
+[[noreturn]] void MaskLeftByALegacyCallChild(const std::string& how) {
+  goro_test::Watchdog dog(absl::Seconds(25), "a mask left by a legacy call");
+  static Spin spin;
+  static std::atomic<bool> stop_by_thread{false};
+  std::thread stopper([] {
+    for (int i = 0; i < 500 && spin.stop.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (spin.stop.load() == 0) stop_by_thread = true;
+    spin.stop = 1;
+  });
+  goro::Run(
+      [&how] {
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          if (how == "sighold") {
+            CHILD_CHECK(sighold(SIGUSR2) == 0, "sighold failed");
+          } else if (how == "sigblock") {
+            sigblock(sigmask(SIGUSR2));
+          } else if (how == "sigsetmask") {
+            sigset_t cur;
+            pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+            sigsetmask(static_cast<int>(cur.__val[0]) | sigmask(SIGUSR2));
+          } else if (how == "sigset") {
+            CHILD_CHECK(sigset(SIGUSR2, SIG_HOLD) != SIG_ERR, "sigset failed");
+          } else {
+            sigset_t usr2;
+            sigemptyset(&usr2);
+            sigaddset(&usr2, SIGUSR2);
+            syscall(SYS_rt_sigprocmask, SIG_BLOCK, &usr2, nullptr, _NSIG / 8);
+            // It stays on this thread: the handler declines, and so do safe points.
+            auto* refused = static_cast<volatile bool*>(&goro::internal::CurrentM()->sigmask_refused);
+            auto start = Now();
+            while (!*refused && Since(start) < absl::Seconds(5)) CallFreeWork(100'000);
+            CHILD_CHECK(*refused, "the handler never declined: the test proved nothing");
+          }
+          sigset_t cur;
+          pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+          CHILD_CHECK(sigismember(&cur, SIGUSR2) == 1, "%s did not block SIGUSR2", how.c_str());
+          wg.Done();
+        });
+        wg.Wait();
+        wg.Add(1);
+        goro::Go([&] {
+          spin.Run(goro_test_spin_until);
+          wg.Done();
+        });
+        while (!spin.Started()) goro::Yield();
+        CHILD_CHECK(spin.stop.load() == 0 && !stop_by_thread.load(),
+                    "the main goroutine ran only after the loop was stopped: it was never preempted");
+        spin.stop = 1;
+        wg.Wait();
+      },
+      Opts(1, absl::Milliseconds(1)));
+  stopper.join();
+  ExitChild();
+}
+#pragma GCC diagnostic pop
+
+TEST(PreemptSafetyTest, MaskSetByALegacyCallDoesNotOutliveTheGoroutine) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  for (const char* how : {"sighold", "sigblock", "sigsetmask", "sigset", "raw"}) {
+    SCOPED_TRACE(how);
+    EXPECT_CHILD_OK(MaskLeftByALegacyCallChild(how));
+  }
+}
+
 // An alternate signal stack a goroutine sets is its own while it holds the
 // thread. Four goroutines on 2 Ps with 1 ms slices each give their thread an
 // alternate stack of their own twenty times, the usual way on a thread: save
@@ -1594,12 +1679,6 @@ TEST(PreemptSafetyTest, MaskSetByAGoroutineDoesNotOutliveItOnTheThread) {
 // too. Fails without the sigaltstack interposer: a goroutine that parked
 // kept its alternate stack on the thread it left, and restored that thread's
 // old one (its M's) on the thread it resumed on, two threads on one stack.
-__attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
-  uint64_t x = 0;
-  for (uint64_t i = 0; i < n; ++i) x = x * 31 + i;
-  return x;
-}
-
 // The calling thread's alternate stack, and whether it is the M's.
 bool AltStackIsTheMs() {
   goro::NoPreemptScope same_thread;
