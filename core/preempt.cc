@@ -166,6 +166,22 @@ void* UnwinderCode() {
   return slot;
 }
 
+// Whether the executable defines malloc (and exports it, as it must for
+// libc's calls to reach it). Where dlsym finds malloc does not tell: in an
+// executable built without -pie that takes malloc's address, that is the
+// executable's PLT entry for libc's malloc (the address every object then
+// uses for it), an undefined symbol of the executable's.
+bool MainProgramDefinesMalloc(const MainProgram& main) {
+  void* addr = dlsym(RTLD_DEFAULT, "malloc");
+  if (!main.Contains(addr)) return false;
+  Dl_info info;
+  void* extra = nullptr;  // the symbol's ElfW(Sym)
+  if (dladdr1(addr, &info, &extra, RTLD_DL_SYMENT) == 0 || extra == nullptr) {
+    return true;  // cannot tell: an allocator of its own, to be safe
+  }
+  return static_cast<const ElfW(Sym)*>(extra)->st_shndx != SHN_UNDEF;
+}
+
 }  // namespace
 
 std::string InitPreemptibleRanges() {
@@ -184,7 +200,7 @@ std::string InitPreemptibleRanges() {
   if (main.Contains(UnwinderCode())) linked.emplace_back("libgcc's unwinder");
   if (!main.has_interp) {
     linked.emplace_back("libc");
-  } else if (main.Contains(dlsym(RTLD_DEFAULT, "malloc"))) {
+  } else if (MainProgramDefinesMalloc(main)) {
     // The program's own malloc, which libc's calls reach too: allocators
     // keep per-thread caches as glibc's does. (Under -static, libc's is.)
     linked.emplace_back("an allocator (malloc)");

@@ -910,6 +910,24 @@ TEST(PreemptTest, OwnMallocInTheExecutableTurnsAsyncPreemptionOffWithOneWarning)
   ExpectStaticRunSurvives(GORO_OWN_MALLOC_PROBE_PATH, "an allocator (malloc) is");
 }
 
+// An executable built without -pie that takes malloc's address: dlsym
+// finds malloc in the executable (its PLT entry, the function's canonical
+// address there), but the executable does not define it. Fails without the
+// look at the symbol's definition: one line naming an allocator, async
+// preemption off.
+TEST(PreemptTest, NonPieExecutableTakingMallocsAddressKeepsAsyncPreemption) {
+  SKIP_WITHOUT_PROBE(GORO_NOPIE_PROBE_PATH);
+  ProbeRun r = RunStaticProbe(GORO_NOPIE_PROBE_PATH);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_TRUE(r.err_lines.empty()) << r.Describe();
+  long rounds = -1, bad = -1;
+  int async = -1, found_main = -1;
+  ASSERT_EQ(sscanf(r.out.c_str(), "async=%d rounds=%ld bad=%ld found_main=%d", &async, &rounds, &bad, &found_main), 4)
+      << r.Describe();
+  EXPECT_EQ(async, 1) << r.Describe();
+  EXPECT_EQ(bad, 0) << r.Describe();
+}
+
 TEST(PreemptTest, OwnMallocInTheExecutableLeavesRegisteredCodePreemptible) {
   SKIP_WITHOUT_PROBE(GORO_OWN_MALLOC_PROBE_PATH);
   ExpectRegisteredCodeIsPreemptible(GORO_OWN_MALLOC_PROBE_PATH);

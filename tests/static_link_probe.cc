@@ -3,7 +3,10 @@
 // and goro_own_malloc_probe (dynamically linked, with GORO_PROBE_OWN_MALLOC:
 // the executable defines malloc and its kin, as a static tcmalloc or
 // jemalloc would): preempt_test runs them and checks their stderr and what
-// they print.
+// they print. goro_nopie_probe (built with -no-pie, with
+// GORO_PROBE_TAKE_MALLOC_ADDRESS) stores malloc's address in a hook table,
+// as C libraries compiled into programs do: libc's malloc then has its
+// canonical address in the executable's PLT.
 //
 // With no argument: six goroutines on two Ps with the shortest time slice
 // throw, catch and rethrow exceptions and churn the allocator for 600 ms,
@@ -221,7 +224,14 @@ int posix_memalign(void** out, size_t align, size_t n) {
 }
 #endif
 
+#ifdef GORO_PROBE_TAKE_MALLOC_ADDRESS
+void* (*volatile hook_malloc)(size_t) = nullptr;
+#endif
+
 int main(int argc, char** argv) {
+#ifdef GORO_PROBE_TAKE_MALLOC_ADDRESS
+  hook_malloc = malloc;
+#endif
   if (argc > 1 && strcmp(argv[1], "--register") == 0) return RunRegistered();
   if (argc > 1) {
     fprintf(stderr, "goro static link probe: unknown argument %s\n", argv[1]);
