@@ -448,9 +448,15 @@ void SysmonLoop() {
     // idle it finds no P and sleeps on (waking sysmon), so a timer due on
     // any P - the blocked one, or one whose goroutine runs on - counts as
     // work for a blocked P, like a waiting goroutine: the M it is handed to
-    // steals the timer. Sysmon wakes when the timer is due. (Go retakes a P
-    // in a system call whenever no P is idle or spinning; goro keeps the P
-    // with its M unless there is work for it.)
+    // steals the timer. Sysmon wakes when the timer is due.
+    //
+    // Goroutines queued on another P count too while no P is idle and no M
+    // spins: nobody else would steal them, and WakeP, finding no idle P,
+    // starts nobody. The blocked P then goes to a spinning M (HandoffP),
+    // which steals them; without this a loop of marked calls shorter than
+    // 10 ms kept its P however long the queues beside it grew. (Go retakes
+    // a P in a system call whenever no P is idle or spinning; goro keeps the
+    // P with its M unless there is work for it.)
     bool timer_due = false;
     int64_t until_timer = INT64_MAX;  // how soon a pending timer falls due
     if (sched.npidle.load(std::memory_order_relaxed) == 0) {
@@ -458,6 +464,10 @@ void SysmonLoop() {
         timer_due = TimerDueSoon(w, now);
         if (!timer_due) until_timer = w - now;
       }
+    }
+    bool queued_elsewhere = false;  // goroutines wait in some P's queue that nobody would steal
+    if (sched.npidle.load(std::memory_order_relaxed) == 0 && sched.nmspinning.load(std::memory_order_relaxed) == 0) {
+      for (int i = 0; i < sched.nprocs && !queued_elsewhere; ++i) queued_elsewhere = !sched.allp[i]->runq.Empty();
     }
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = sched.allp[i];
@@ -467,16 +477,24 @@ void SysmonLoop() {
       const bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
       if (st == P::Status::kSyscall) {
         // Retake a P whose M blocks in a marked region: at the second look
-        // at the same region if goroutines wait to run (or one of its timers
-        // is due while no P is idle), else after 10 ms.
+        // at the same region if goroutines wait to run - on this P, in the
+        // global queue, or (no P idle, no M spinning) on any P - or one of
+        // its timers is due while no P is idle; else after 10 ms of the
+        // region. Other Ps' queues do not count as work for an M asleep in
+        // an unmarked call (below): its slice is timed across its calls, so
+        // it loses its P within 10 ms (or half a longer slice) anyway, and
+        // counting them would sample the CPU clock of every running P at
+        // each look while any queue is non-empty, and revoke (a membarrier)
+        // far more often.
+        const bool wanted = work || queued_elsewhere;
         uint32_t sc = p->syscalltick.load(std::memory_order_relaxed);
         if (sc != ps[i].syscalltick) {
           ps[i].syscalltick = sc;
           ps[i].syscall_since = now;
-          until_expiry = std::min({until_expiry, work ? kSysmonRecheckNs : kSyscallIdleHandoffNs, until_timer});
+          until_expiry = std::min({until_expiry, wanted ? kSysmonRecheckNs : kSyscallIdleHandoffNs, until_timer});
           continue;
         }
-        if (!work && now - ps[i].syscall_since < kSyscallIdleHandoffNs) {
+        if (!wanted && now - ps[i].syscall_since < kSyscallIdleHandoffNs) {
           until_expiry = std::min({until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now, until_timer});
           continue;
         }

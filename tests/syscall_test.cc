@@ -706,6 +706,67 @@ TEST(SyscallTest, TimerOnARunningPBesideABlockedPFiresOnTime) {
   EXPECT_CHILD_OK(TimerOnARunningPBesideABlockedPChild());
 }
 
+// A P whose goroutine makes one short marked call after another is lent to
+// goroutines queued on a busy P, since no other P could run them. On 2 Ps
+// with 10 s slices (nothing is preempted): a goroutine loops on marked 1 ms
+// nanosleeps; main queues 50 goroutines on its own P and then computes,
+// reaching no safe point, until they have all run or 2 s have passed. Only
+// the looping goroutine's P can run them, and only once sysmon hands it on.
+//
+// Fails without counting other Ps' queues as work for a P in a marked
+// region: each call ends long before the 10 ms hand-off, no P is idle for
+// WakeP, and none of the 50 runs in the 2 s (0 hand-offs). With it they all
+// run within a few ms.
+[[noreturn]] void MarkedCallLoopLendsItsPChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "marked call loop beside goroutines queued on a busy P");
+  goro::Run(
+      [] {
+        constexpr int kQueued = 50;
+        std::atomic<bool> stop{false};
+        std::atomic<int> calls{0}, ran{0};
+        goro::WaitGroup wg;
+        wg.Add(1 + kQueued);
+        goro::Go([&] {
+          while (!stop.load(std::memory_order_relaxed)) {
+            CHILD_CHECK(goro::Syscall([] { return NanosleepErr(absl::Milliseconds(1)); }) == 0, "nanosleep failed");
+            calls.fetch_add(1, std::memory_order_relaxed);
+          }
+          wg.Done();
+        });
+        // Sleeping lets the looping goroutine take this P; this goroutine
+        // wakes on the other one.
+        CHILD_CHECK(goro_test::Eventually([&] { return calls.load() >= 3; }, absl::Seconds(10)),
+                    "the marked call loop never ran");
+        const uint64_t handoffs0 = goro::GetStats().handoffs;
+        const auto t0 = Now();
+        for (int i = 0; i < kQueued; ++i) {
+          goro::Go([&] {  // onto this P's queue
+            ran.fetch_add(1, std::memory_order_relaxed);
+            wg.Done();
+          });
+        }
+        while (ran.load(std::memory_order_relaxed) < kQueued && Since(t0) < absl::Seconds(2)) {
+        }
+        const int ran_while_busy = ran.load();
+        const double ms = absl::ToDoubleMilliseconds(Since(t0));
+        const uint64_t handoffs = goro::GetStats().handoffs - handoffs0;
+        stop = true;
+        wg.Wait();
+        fprintf(stderr, "%d of %d queued goroutines ran in %.2f ms while their P was busy (%llu hand-offs)\n",
+                ran_while_busy, kQueued, ms, U(handoffs));
+        CHILD_CHECK(ran_while_busy == kQueued,
+                    "only %d of %d goroutines queued on a busy P ran in %.0f ms: the P of a loop of short "
+                    "marked calls was never lent to them",
+                    ran_while_busy, kQueued, ms);
+      },
+      Opts(2, absl::Seconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, MarkedCallLoopLendsItsPToGoroutinesQueuedOnABusyP) {
+  EXPECT_CHILD_OK(MarkedCallLoopLendsItsPChild());
+}
+
 // A goroutine whose P was taken away while it blocked in an unmarked call,
 // and whose first step afterwards is a NoPreemptScope, must still get a P of
 // its own before it runs runtime code: the scope raises preempt_off, and
