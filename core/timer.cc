@@ -202,12 +202,12 @@ namespace goro {
 // Neither sleep starts the runtime: on a goroutine it runs already, and a
 // plain thread sleeps by itself (SleepUntilNanos), so the Options of a Run
 // that comes later still count.
+// A zero or negative duration returns at once, as Go's time.Sleep does: a
+// yield would queue the goroutine behind every preempted goroutine in the
+// global queue. The scope still makes the call a safe point.
 void SleepFor(absl::Duration d) {
   internal::RuntimeScope scope;
-  if (d <= absl::ZeroDuration()) {
-    Yield();
-    return;
-  }
+  if (d <= absl::ZeroDuration()) return;
   internal::SleepUntilNanos(internal::NanotimeIn(d));
 }
 

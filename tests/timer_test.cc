@@ -2,8 +2,11 @@
 //
 // Lower bounds are exact (a sleep never ends early); upper bounds are generous
 // because the machine is small and noisy.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <random>
 #include <thread>
@@ -44,6 +47,48 @@ TEST(TimerTest, SleepForZeroOrNegativeReturnsPromptly) {
     goro::SleepFor(-absl::InfiniteDuration());
     EXPECT_LT(Since(start), kSlack);
   });
+}
+
+// SleepFor of zero or less does not yield, as Go's time.Sleep does not: a
+// yield could queue the caller behind every preempted CPU hog in the global
+// queue (51-59 ms with 8 hogs). On 1 P with 10 s slices a goroutine queued on
+// the P runs only if main yields or parks; it must not have run after
+// SleepFor(0), SleepFor(-5 ms) and SleepFor(-infinity).
+//
+// Fails while SleepFor(d <= 0) yielded: the queued goroutine ran during the
+// first of them.
+TEST(TimerTest, SleepForZeroOrNegativeDoesNotYield) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(absl::Seconds(30));
+        goro::Options opts;
+        opts.max_procs = 1;
+        opts.time_slice = absl::Seconds(10);
+        bool yielded = false;
+        goro::Run(
+            [&] {
+              std::atomic<bool> ran{false};
+              goro::WaitGroup wg;
+              wg.Add(1);
+              goro::Go([&] {  // onto this P's queue
+                ran = true;
+                wg.Done();
+              });
+              for (absl::Duration d : {absl::ZeroDuration(), absl::Milliseconds(-5), -absl::InfiniteDuration()}) {
+                goro::SleepFor(d);
+                if (ran.load()) {
+                  fprintf(stderr, "SleepFor(%s) yielded: the goroutine queued behind it ran\n",
+                          absl::FormatDuration(d).c_str());
+                  yielded = true;
+                  break;
+                }
+              }
+              wg.Wait();
+            },
+            opts);
+        _exit(yielded ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(TimerTest, SleepUntilWakesAtOrAfterTheDeadline) {

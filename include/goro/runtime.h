@@ -204,8 +204,11 @@ void Go(F&& fn) {
 // goroutine: sched_yield().
 void Yield();
 
-// Blocks the calling goroutine (or thread) for at least `d`. On a plain thread
-// it does not start the runtime.
+// Blocks the calling goroutine (or thread) for at least `d`. A zero or
+// negative `d` returns at once, as Go's time.Sleep does: it does not yield
+// (Yield does), though a goroutine whose time slice is over is preempted
+// there, as at any call into goro. On a plain thread it does not start the
+// runtime.
 void SleepFor(absl::Duration d);
 // Blocks the calling goroutine (or thread) until at least `t`.
 void SleepUntil(absl::Time t);
