@@ -80,9 +80,11 @@ bool CommitIoWait(G* g, void* arg) {
   PollDesc* pd = w->pd;
   const bool external = g->external;
   // Lock order: the PollDesc lock, then a timer lock (the timer callback
-  // takes no PollDesc lock). Added before unlocking, so the poller cannot
-  // wake the waiter before its timer exists; the sleepers are told after,
-  // as sched.mu is not taken under a spin lock.
+  // takes no PollDesc lock; it may take sched.mu, which comes after both).
+  // Added before unlocking, so the poller cannot wake the waiter before its
+  // timer exists; the sleepers are told after, as sched.mu is never taken
+  // under a PollDesc lock (WakeForTimer takes it, and may write the poller's
+  // eventfd). docs/scheduler.md has the whole order.
   int64_t wake_at = w->timer.f != nullptr ? AddTimerQuietly(&w->timer) : 0;
   pd->lock.Unlock();
   if (wake_at != 0) WakeForTimer(wake_at);

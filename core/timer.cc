@@ -5,6 +5,9 @@
 // P's timers - its own M in FindRunnable, or a thief on its last stealing pass
 // - pops the expired ones and calls them with the lock held, which is what
 // lets DelTimer promise that a callback is not running once it returns.
+// A callback may take a channel's or CondVar's lock and, through Ready
+// (WakeP -> StartM), sched.mu: those come after the timer lock, and a
+// PollDesc lock before it (docs/scheduler.md).
 // p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
 // without taking its lock.
 #include <algorithm>
