@@ -21,7 +21,6 @@
 //     until it exits;
 //   - one that then sets an alternate stack of another M (the old one it
 //     saved on the thread it left) gets its own M's instead.
-#include <dlfcn.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,35 +29,17 @@
 
 #include "core/runtime.h"
 
-// The static libc's entry point; in a dynamic program dlsym(RTLD_NEXT) finds
-// libc's sigaltstack instead.
-extern "C" int __sigaltstack(const stack_t* ss, stack_t* old) __attribute__((weak));
+// Built without sanitizers (cmake/Sanitize.cmake): their runtimes call
+// sigaltstack as they start, before instrumented code can run.
 
 namespace goro::internal {
 namespace {
 
-using AltStackFn = int (*)(const stack_t*, stack_t*);
-
-int RawSigaltstack(const stack_t* ss, stack_t* old) { return static_cast<int>(syscall(SYS_sigaltstack, ss, old)); }
-
-std::atomic<AltStackFn> real_sigaltstack{nullptr};
-
-// libc's sigaltstack (resolved on first use, then cached), the static libc's,
-// or the system call.
-AltStackFn RealSigaltstack() {
-  AltStackFn f = real_sigaltstack.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = reinterpret_cast<AltStackFn>(dlsym(RTLD_NEXT, "sigaltstack"));
-    if (f == nullptr) f = __sigaltstack;
-    if (f == nullptr) f = RawSigaltstack;
-    real_sigaltstack.store(f, std::memory_order_release);
-  }
-  return f;
+// The system call, which is all libc's sigaltstack makes (and which needs no
+// symbol lookup, in a dynamic or a static program, or while starting up).
+int RealSigaltstack(const stack_t* ss, stack_t* old) {
+  return static_cast<int>(syscall(SYS_sigaltstack, ss, old));
 }
-
-// Resolved before main, as the mask functions are (dlsym is not
-// async-signal-safe, and sigaltstack is).
-__attribute__((constructor(101))) void ResolveSigaltstack() { RealSigaltstack(); }
 
 // Whether sp is the alternate stack of an M other than m. sched.allm may be
 // walked without a lock (core/runtime.h).
@@ -75,16 +56,14 @@ void RestoreMAltStack(M* m) {
   stack_t ss{};
   ss.ss_sp = m->altstack;
   ss.ss_size = m->altstack_size;
-  RealSigaltstack()(&ss, nullptr);
+  RealSigaltstack(&ss, nullptr);
   m->altstack_changed = false;
 }
 
-}  // namespace goro::internal
+namespace {
 
-extern "C" int sigaltstack(const stack_t* ss, stack_t* old) {
-  using namespace goro::internal;
-  G* g = CurrentGoroutine();
-  if (ss == nullptr || g == nullptr) return RealSigaltstack()(ss, old);  // a read, a plain thread, or g0
+// A change made on goroutine g.
+int GoroutineSigaltstack(G* g, const stack_t* ss, stack_t* old) {
   // The M, the change and the M's flag must be the same thread's: preemption
   // is deferred meanwhile, as in the mask wrappers (signals/sigmask.cc).
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -95,9 +74,19 @@ extern "C" int sigaltstack(const stack_t* ss, stack_t* old) {
     set.ss_sp = m->altstack;  // the one it saved on the thread it left
     set.ss_size = m->altstack_size;
   }
-  int r = RealSigaltstack()(&set, old);
+  int r = RealSigaltstack(&set, old);
   if (r == 0) m->altstack_changed = (set.ss_flags & SS_DISABLE) || set.ss_sp != m->altstack;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   return r;
+}
+
+}  // namespace
+}  // namespace goro::internal
+
+extern "C" int sigaltstack(const stack_t* ss, stack_t* old) {
+  using namespace goro::internal;
+  G* g = CurrentGoroutine();
+  if (ss == nullptr || g == nullptr) return RealSigaltstack(ss, old);  // a read, a plain thread, or g0
+  return GoroutineSigaltstack(g, ss, old);
 }
