@@ -1,9 +1,10 @@
 // Runtime locks: short critical sections inside the runtime (a channel, a
 // semaphore bucket, a timer heap). A holder never switches goroutines and
 // never blocks, with one exception: the holder of a P's timer lock runs the
-// expired timers' callbacks, which may take sched.mu (Ready -> WakeP ->
-// StartM; core/timer.cc). So spinning (then yielding the thread) is the
-// right wait. Sleeping locks for long waits are the goroutine primitives.
+// expired timers' callbacks, which may take sched.mu when a full run queue
+// spills into the global one (core/timer.cc; the WakeP that may start a
+// thread waits until the lock is dropped). So spinning (then yielding the
+// thread) is the right wait. Sleeping locks for long waits are the goroutine primitives.
 // The lock order is in docs/scheduler.md.
 #ifndef GORO_CORE_LOCK_H_
 #define GORO_CORE_LOCK_H_

@@ -747,6 +747,10 @@ void StartM(P* p, bool spinning) {
 }
 
 // Wakes an M to look for work, if a P is idle and nobody is spinning already.
+}  // namespace
+
+std::atomic<void (*)()> wakep_start_hook{nullptr};
+
 void WakeP() {
   if (sched.npidle.load(std::memory_order_acquire) == 0) return;
   int32_t zero = 0;
@@ -754,8 +758,11 @@ void WakeP() {
       !sched.nmspinning.compare_exchange_strong(zero, 1)) {
     return;
   }
+  if (auto hook = wakep_start_hook.load(std::memory_order_relaxed)) hook();
   StartM(nullptr, true);
 }
+
+namespace {
 
 void ResetSpinning(M* m) {
   m->spinning = false;
@@ -1679,6 +1686,10 @@ void Ready(G* g) {
   } else {
     absl::MutexLock lock(&sched.mu);
     GlobrunqPutLocked(g);
+  }
+  if (m != nullptr && m->running_timers) {
+    m->wakep_deferred = true;  // RunTimers wakes a P after its unlock
+    return;
   }
   WakeP();
 }

@@ -260,6 +260,12 @@ struct M {
   P* next_p = nullptr;  // the P handed to this M by whoever woke it
   int64_t id = 0;
   bool spinning = false;  // looking for work; counted in Sched::nmspinning
+  // In RunTimers, whose callbacks run under a spin lock: Ready only notes
+  // that a P may need waking (wakep_deferred), and RunTimers wakes one after
+  // the unlock, so that no thread starts (sched.mu, pthread_create) while
+  // others spin on the timer lock.
+  bool running_timers = false;
+  bool wakep_deferred = false;
   Note park;              // sleeps here while idle
   M* sched_link = nullptr;  // idle list, guarded by sched.mu
   // Request from curg to g0, with its argument: for kPark, `commit` runs on
@@ -607,6 +613,10 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg);
 // Makes a waiting goroutine runnable: into the current P's runnext, or the
 // global run queue off a P; for a plain thread's stand-in, wakes the thread.
 void Ready(G* g);
+// Starts an M spinning to look for work if a P is idle and none spins.
+void WakeP();
+// Tests: called by WakeP just before it starts an M.
+extern std::atomic<void (*)()> wakep_start_hook;
 // Puts the current goroutine at the tail of its P's run queue and schedules.
 void YieldNow();
 

@@ -5,9 +5,11 @@
 // P's timers - its own M in FindRunnable, or a thief on its last stealing pass
 // - pops the expired ones and calls them with the lock held, which is what
 // lets DelTimer promise that a callback is not running once it returns.
-// A callback may take a channel's or CondVar's lock and, through Ready
-// (WakeP -> StartM), sched.mu: those come after the timer lock, and a
-// PollDesc lock before it (docs/scheduler.md).
+// A callback may take a channel's or CondVar's lock and, through Ready,
+// sched.mu (only when a full run queue spills into the global one: the
+// WakeP that may start a thread waits for the unlock, M::running_timers):
+// those come after the timer lock, and a PollDesc lock before it
+// (docs/scheduler.md).
 // p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
 // without taking its lock.
 #include <algorithm>
@@ -111,15 +113,22 @@ int64_t RunTimers(P* p, int64_t now, int* fired) {
   int64_t first = p->timer0_when.load(std::memory_order_relaxed);
   if (first == 0 || first > now) return first;
   if (!p->timers_lock.TryLock()) return first;  // someone else is running them
+  M* m = CurrentM();  // on g0 (FindRunnable, StealWork)
+  m->running_timers = true;
   while (!p->timers.empty() && p->timers[0]->when <= now) {
     Timer* t = p->timers[0];
     RemoveAt(p, 0);
     t->f(t);
     if (fired != nullptr) ++*fired;
   }
+  m->running_timers = false;
   UpdateTimer0(p);
   int64_t next = p->timer0_when.load(std::memory_order_relaxed);
   p->timers_lock.Unlock();
+  if (m->wakep_deferred) {
+    m->wakep_deferred = false;
+    WakeP();  // for the goroutines the callbacks readied
+  }
   return next;
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -424,6 +425,42 @@ TEST(TimerTest, ManyConcurrentWaitForsAllTimeOut) {
     EXPECT_EQ(timed_out.load(), kWaiters);
     EXPECT_EQ(early.load(), 0);
   });
+}
+
+// Timer callbacks run under their P's timer lock, a spin lock, and ready
+// goroutines; the WakeP that follows may take sched.mu and start a thread,
+// so it waits until RunTimers has dropped the lock. Four goroutines on 2 Ps
+// spin 100 us and sleep 300 us in turn for 300 ms, so that timers fire in
+// FindRunnable while the other P is idle and nobody spins. Fails if WakeP
+// starts an M from inside RunTimers (M::running_timers still set).
+std::atomic<int> wakeps{0}, wakeps_in_timers{0};
+
+void CountWakeP() {
+  wakeps.fetch_add(1);
+  goro::internal::M* m = goro::internal::CurrentM();
+  if (m != nullptr && m->running_timers) wakeps_in_timers.fetch_add(1);
+}
+
+TEST(TimerTest, WakePWaitsUntilTheTimerLockIsDropped) {
+  RunBounded([] {
+    goro::internal::wakep_start_hook.store(&CountWakeP);
+    goro::WaitGroup wg;
+    for (int i = 0; i < 4; ++i) {
+      wg.Add(1);
+      goro::Go([&wg] {
+        const auto start = Now();
+        while (Since(start) < absl::Milliseconds(300)) {
+          goro_test::Spin(absl::Microseconds(100));
+          goro::SleepFor(absl::Microseconds(300));
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    goro::internal::wakep_start_hook.store(nullptr);
+  });
+  EXPECT_GT(wakeps.load(), 0) << "no M was started for work: the test proved nothing";
+  EXPECT_EQ(wakeps_in_timers.load(), 0) << "of " << wakeps.load() << " Ms started, these were started under a timer lock";
 }
 
 }  // namespace
