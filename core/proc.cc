@@ -1301,7 +1301,8 @@ void ExitMThread(M* m) {
   stack_t off{};
   off.ss_flags = SS_DISABLE;
   sigaltstack(&off, nullptr);
-  munmap(m->altstack, m->altstack_size);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  munmap(static_cast<char*>(m->altstack) - page, m->altstack_size + page);  // and its guard page (MInitSignals)
   tls_m = nullptr;
 }
 

@@ -214,13 +214,20 @@ void InitMSignalMask(int preempt_signal) {
 }
 
 void MInitSignals(M* m) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size_t size = std::max<size_t>(64 * 1024, static_cast<size_t>(sysconf(_SC_SIGSTKSZ)));
-  void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
+  size = (size + page - 1) / page * page;
+  // A guard page below: handlers the program installed before the runtime
+  // started, written for a thread's stack, run on this one when goro's
+  // forwards a signal to them, and one that overflows it must fault, not
+  // write over the mapping below.
+  void* region = mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED || mprotect(region, page, PROT_NONE) != 0) {
     int err = errno;
-    FatalF("cannot allocate a signal stack for a new runtime thread: mmap of %zu bytes: %s (errno %d)", size,
-           strerror(err), err);
+    FatalF("cannot allocate a signal stack for a new runtime thread: mmap of %zu bytes: %s (errno %d)",
+           size + page, strerror(err), err);
   }
+  void* mem = static_cast<char*>(region) + page;
   // Pre-fault it: a handler must not take page faults on a nearly full system.
   memset(mem, 0, size);
   stack_t ss;

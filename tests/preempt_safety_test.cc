@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -826,6 +827,53 @@ int Tgkill(int64_t tid, int sig) { return static_cast<int>(syscall(SYS_tgkill, g
   CHILD_CHECK(spinner_preemptions == 0, "the loop's goroutine was preempted %llu times", U(spinner_preemptions));
   ExitChild();
 }
+
+// The handler a foreign SIGURG is forwarded to runs on goro's handler's stack,
+// the M's alternate stack: one written for a thread's stack that overflows
+// it must fault on a guard page, not write over the mapping below. Checked
+// on each M of a 2-P runtime through /proc/self/maps: the page below the
+// alternate stack a goroutine finds on its thread is mapped PROT_NONE.
+// Fails without the guard page: that address was in no mapping, or in
+// another readable one.
+bool PageBelowIsAGuard(const void* lo) {
+  const auto below = reinterpret_cast<uintptr_t>(lo) - 1;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t b = 0, e = 0;
+    char perms[5] = {};
+    if (sscanf(line.c_str(), "%lx-%lx %4s", &b, &e, perms) != 3) continue;
+    if (below >= b && below < e) return std::string(perms).rfind("---", 0) == 0;
+  }
+  return false;
+}
+
+[[noreturn]] void AltStackGuardChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "alternate stack guard page");
+  static std::atomic<int> checked{0}, guarded{0};
+  goro::Run(
+      [] {
+        goro::WaitGroup wg;
+        for (int i = 0; i < 8; ++i) {
+          wg.Add(1);
+          goro::Go([&wg] {
+            stack_t cur{};
+            CHILD_CHECK(sigaltstack(nullptr, &cur) == 0, "sigaltstack: %s", strerror(errno));
+            CHILD_CHECK(cur.ss_sp != nullptr && !(cur.ss_flags & SS_DISABLE), "no alternate stack on this M");
+            ++checked;
+            guarded += PageBelowIsAGuard(cur.ss_sp);
+            wg.Done();
+          });
+        }
+        wg.Wait();
+      },
+      Opts(2, absl::Milliseconds(10)));
+  CHILD_CHECK(checked.load() == 8 && guarded.load() == 8, "%d of %d alternate stacks had a guard page below",
+              guarded.load(), checked.load());
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, AlternateStacksHaveAGuardPage) { EXPECT_CHILD_OK(AltStackGuardChild()); }
 
 TEST(PreemptSafetyTest, ForeignSigurgReachesPreviousHandlerAndNeverPreempts) {
   SKIP_WITHOUT_ASYNC_PREEMPTION();
