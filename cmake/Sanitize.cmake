@@ -38,8 +38,18 @@ if(GORO_SANITIZE)
     "$<$<COMPILE_LANGUAGE:C,CXX>:${_goro_san_flags};-fno-omit-frame-pointer>")
   # The sigaltstack interposer: the sanitizers' runtimes call sigaltstack
   # while they start, before instrumented code may run (TSan's function-entry
-  # hook, which no_sanitize does not remove, crashes there).
-  set_source_files_properties(signals/altstack.cc PROPERTIES COMPILE_OPTIONS "-fno-sanitize=all")
+  # hook, which no_sanitize does not remove, crashes there). It is told which
+  # sanitizers the rest is built with, so that it sees the same G and M
+  # (core/sanitizer.h adds their fiber fields).
+  set(_goro_san_defs "")
+  if("thread" IN_LIST _goro_san_list)
+    list(APPEND _goro_san_defs GORO_TSAN=1)
+  endif()
+  if("address" IN_LIST _goro_san_list)
+    list(APPEND _goro_san_defs GORO_ASAN=1)
+  endif()
+  set_source_files_properties(signals/altstack.cc PROPERTIES
+    COMPILE_OPTIONS "-fno-sanitize=all" COMPILE_DEFINITIONS "${_goro_san_defs}")
   target_link_options(goro PUBLIC ${_goro_san_flags})
   message(STATUS "goro: sanitizers: ${GORO_SANITIZE}")
 endif()
