@@ -290,12 +290,22 @@ void UnmapBatches(std::vector<StackBatch*>& v) {
   while (i < v.size()) {
     size_t j = i + 1;
     while (j < v.size() && v[j]->base == v[j - 1]->base + each) ++j;
-    if (munmap(reinterpret_cast<void*>(v[i]->base), (j - i) * each) == 0) {
-      stacks_mapped.fetch_sub(static_cast<int64_t>((j - i) * kMapBatch), std::memory_order_relaxed);
+    // Out of pool.batches before the munmap: once it returns, a new batch
+    // may be mapped at the same address and recorded under it, and an erase
+    // after that would drop the live batch's record.
+    const uintptr_t base = v[i]->base;
+    {
       absl::MutexLock lock(&pool.mu);
-      for (size_t k = i; k < j; ++k) pool.batches.erase(v[k]->base);
+      for (size_t k = i; k < j; ++k) pool.batches.erase(v[k]->base);  // v[i, j) dangle from here
+    }
+    if (munmap(reinterpret_cast<void*>(base), (j - i) * each) == 0) {
+      stacks_mapped.fetch_sub(static_cast<int64_t>((j - i) * kMapBatch), std::memory_order_relaxed);
     } else if (errno == ENOMEM) {
-      for (size_t k = i; k < j; ++k) v[refused++] = v[k];
+      absl::MutexLock lock(&pool.mu);  // still mapped: recorded again
+      for (size_t k = i; k < j; ++k) {
+        const uintptr_t b = base + (k - i) * each;
+        v[refused++] = &pool.batches.emplace(b, StackBatch{b}).first->second;
+      }
     } else {
       int err = errno;
       FatalF("StackScavenge: munmap of %zu idle stack batches: %s (errno %d)", j - i, strerror(err), err);
@@ -426,8 +436,12 @@ bool StackScavenge(bool all) {
       release.push_back(pool.dirty.front());  // the oldest
       pool.dirty.pop_front();
     }
-    // What was not looked at stays counted as idle; the rest is measured anew.
-    pool.low_water = std::min(unused - idle, pool.dirty.size());
+    // A new interval starts, measured from every dirty stack there is now.
+    // Those left idle because of the batch limit sat unused for all of this
+    // one, and stay counted (the next call comes soon: `more`). Starting
+    // from what was left of the low-water mark instead, it could only fall:
+    // it began at 0, and no stack was ever given back while a P stayed busy.
+    pool.low_water = more ? std::min(unused - idle, pool.dirty.size()) : pool.dirty.size();
   }
   // Stacks were mostly mapped one after another: give back each contiguous
   // run (guards included) with one call, since every call costs a TLB
