@@ -127,14 +127,16 @@ std::atomic<int64_t> stacks_mapped{0};  // reserved stacks: in use, cached or po
 
 size_t KeepMapped() { return guard_by_madvise.load(std::memory_order_relaxed) ? 65536 : 8192; }
 
-// Whether MAP_STACK already keeps huge pages away (Linux 6.7+ gives such
-// mappings VM_NOHUGEPAGE); older kernels need an madvise per mapping.
+// Whether MAP_STACK already keeps huge pages away (recent kernels give such
+// mappings VM_NOHUGEPAGE; older ones need an madvise per mapping). The
+// change is dated 6.7 in some accounts and 6.8 in others: trust it from 6.8,
+// since on a kernel without it the madvise only costs a system call.
 bool MapStackImpliesNoHugePage() {
   static const bool yes = [] {
     utsname u;
     int major = 0, minor = 0;
     return uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
-           (major > 6 || (major == 6 && minor >= 7));
+           (major > 6 || (major == 6 && minor >= 8));
   }();
   return yes;
 }
