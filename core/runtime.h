@@ -461,6 +461,9 @@ struct Sched {
   std::atomic<uint64_t> cooperative_preemptions{0};
   std::atomic<uint64_t> preempt_signals_sent{0};
   std::atomic<uint64_t> handoffs{0};
+  // Ps sysmon took from goroutines that left a preemption request unanswered
+  // for a whole further slice (core/sysmon.cc). Not in Stats.
+  std::atomic<uint64_t> unanswered_revokes{0};
   // Ms asleep while wired to a blocked goroutine (LockOSThread).
   int nmlocked ABSL_GUARDED_BY(mu) = 0;
   // The network poller (core/netpoll.cc). Goroutines parked on I/O count as

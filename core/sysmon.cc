@@ -116,6 +116,7 @@ struct PState {
   // retry_delay doubling from kSysmonRecheckNs.
   uint32_t asked_tick = 0;
   bool asked = false;
+  int64_t asked_at = 0;  // when the first request for asked_tick went out
   int64_t retry_at = 0;
   int64_t retry_delay = 0;
   uint32_t syscalltick = 0;
@@ -123,6 +124,9 @@ struct PState {
 };
 
 constexpr int64_t kSyscallIdleHandoffNs = 10 * 1000 * 1000;
+// The least time a preemption request stays unanswered, while goroutines
+// wait, before sysmon takes the P (a membarrier and a hand-off).
+constexpr int64_t kUnansweredRevokeNs = 10 * 1000 * 1000;
 
 enum class Verdict { kUnknown, kRunning, kBlocked };
 
@@ -336,8 +340,9 @@ void SysmonLoop() {
     M* m;
     G* g;
     PState cpu;
-    int64_t next_look = 0;  // back-off while its thread stays asleep
+    int64_t next_look = 0;  // back-off while its thread stays asleep, or runs on unanswering
     int64_t delay = kRevokedLookNs;
+    bool signalled = false;  // asked by signal at the last look, and still revoked
   };
   std::vector<RevokedM> revoked_ms;
   const int64_t slice = sched.time_slice_ns;
@@ -570,6 +575,24 @@ void SysmonLoop() {
         // later ones back off, and a look at retry_delay covers requests
         // that wake nobody.
         const bool again = ps[i].asked && ps[i].asked_tick == tick;
+        // A request unanswered for a whole further slice (10 ms at least)
+        // while goroutines wait: the goroutine runs where no signal may stop
+        // it, typically a loop over calls into libc or another shared library
+        // (a write(2) loop spends nearly all its time there, and a signal
+        // lands on the executable's few instructions between calls once in
+        // thousands). Go's system calls are safe points of their own; here
+        // its P is taken as from an unmarked blocking call, so that the
+        // goroutines waiting for it run, and the goroutine runs on without
+        // one until it enters the runtime (below, revoked_ms). Not with async
+        // preemption off, whose loops keep their P, as in Go.
+        if (v == Verdict::kRunning && again && work && sched.async_preemption &&
+            now - ps[i].asked_at >= std::max(p_slice, kUnansweredRevokeNs) && RevocationAvailable()) {
+          if (TryRevokeP(p, m, g, tick)) {
+            revoked_ms.push_back(RevokedM{m, g, {}});
+            sched.unanswered_revokes.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
+        }
         if (v == Verdict::kRunning && again && now < ps[i].retry_at) {
           until_expiry = std::min(until_expiry, ps[i].retry_at - now);
         } else if (v == Verdict::kRunning && PreemptOne(p, tick, ps[i].fresh.cpu, ps[i].fresh.wall)) {
@@ -580,6 +603,7 @@ void SysmonLoop() {
           } else {
             ps[i].asked = true;
             ps[i].asked_tick = tick;
+            ps[i].asked_at = now;
             ps[i].retry_delay = kSysmonRecheckNs / 2;
             ps[i].retry_at = now;
             // An observed slice needs a look soon after, to time the next.
@@ -614,7 +638,11 @@ void SysmonLoop() {
       // sleeps on in the kernel (a read that waits for good would otherwise
       // wake sysmon 5000 times a second), but at least every max_sleep: as
       // long as that, a goroutine back from its call may run without a P.
-      r.delay = v == Verdict::kBlocked ? std::min(r.delay * 2, std::max(max_sleep, kRevokedLookNs)) : kRevokedLookNs;
+      // Signalled at the last look and still running without a P: the signal
+      // was refused (library code), so back off the same way.
+      const bool backoff = v == Verdict::kBlocked || (v == Verdict::kRunning && r.signalled);
+      r.delay = backoff ? std::min(r.delay * 2, std::max(max_sleep, kRevokedLookNs)) : kRevokedLookNs;
+      r.signalled = false;
       r.next_look = now + r.delay;
       // Running: ask it to yield, so that its next safe point (a runtime
       // entry, Checkpoint()) takes it to ReacquireP - with async preemption
@@ -633,6 +661,7 @@ void SysmonLoop() {
           if (r.m->revoked.load(std::memory_order_seq_cst) &&
               __atomic_load_n(&r.m->curg, __ATOMIC_SEQ_CST) == r.g) {
             SendPreemptSignal(r.m, word);
+            r.signalled = true;
           } else {
             EndPreemptSignal(r.m, word);
           }

@@ -951,6 +951,57 @@ TEST(SyscallTest, RetakesToTheIdleListAreNotHandoffs) { EXPECT_CHILD_OK(IdleReta
 
 TEST(SyscallTest, APBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(IdlePStartsANewSliceChild()); }
 
+// A loop over libc calls (write(2) to /dev/null) spends nearly all its time
+// in libc or the kernel, where the preemption signal is refused, and makes no
+// goro call. On 1 P two such loops run while the main goroutine sleeps 10 ms,
+// 20 times. Go's system calls are safe points; here sysmon takes the P of a
+// goroutine that leaves a request unanswered for a further slice, as from an
+// unmarked blocking call. Fails without that: a sleep took 1-10 s or more
+// (the reviewer's program was still waiting after 10 s in 10 of 10 runs;
+// Go 1.19 took 11-46 ms), and no P was taken.
+[[noreturn]] void LibcLoopLosesItsPChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "a loop over write(2) keeps its P");
+  static int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  CHILD_CHECK(fd >= 0, "open /dev/null: %s", strerror(errno));
+  goro::Run(
+      [] {
+        std::atomic<bool> stop{false};
+        goro::WaitGroup wg;
+        for (int i = 0; i < 2; ++i) {
+          wg.Add(1);
+          goro::Go([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+              if (write(fd, ".", 1) != 1) break;
+            }
+            wg.Done();
+          });
+        }
+        goro::SleepFor(absl::Milliseconds(1));
+        absl::Duration worst;
+        for (int i = 0; i < 20; ++i) {
+          const auto start = Now();
+          goro::SleepFor(absl::Milliseconds(10));
+          worst = std::max(worst, goro_test::Since(start));
+        }
+        stop = true;
+        wg.Wait();
+        fprintf(stderr, "worst SleepFor(10ms) beside two write(2) loops: %s; %llu Ps taken\n",
+                absl::FormatDuration(worst).c_str(), U(goro::internal::sched.unanswered_revokes.load()));
+        // Go: 11-46 ms. A second is far beyond that, and far below the
+        // seconds the loops kept the P.
+        CHILD_CHECK(worst < absl::Seconds(1), "a 10 ms sleep took %s beside two write(2) loops",
+                    absl::FormatDuration(worst).c_str());
+        CHILD_CHECK(goro::internal::sched.unanswered_revokes.load() > 0, "no P was taken from the loops");
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, LoopOverLibcCallsLosesItsP) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();
+  EXPECT_CHILD_OK(LibcLoopLosesItsPChild());
+}
+
 // A marked region inside another (goro::Syscall around code that marks its
 // own calls) is part of the outer one. On 1 P the goroutine must be able to
 // run on afterwards. Fails without the nesting count: the inner region's
