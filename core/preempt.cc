@@ -221,6 +221,10 @@ bool PreemptiblePc(uintptr_t pc) {
   return main_program_code.Contains(pc) || preemptible.Contains(pc);
 }
 
+bool InLibraryCode(uintptr_t pc) {
+  return !main_program_code.Contains(pc) && !preemptible.Contains(pc) && !trampoline.Contains(pc);
+}
+
 }  // namespace goro::internal
 
 namespace goro {

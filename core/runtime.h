@@ -279,6 +279,10 @@ struct M {
   // to send (kSending), marks it kSent once its rt_tgsigqueueinfo has
   // returned, and the handler acknowledges it (kIdle).
   std::atomic<uint32_t> signal_state{0};
+  // Preemption signals the handler refused because the goroutine was in
+  // library code (InLibraryCode): sysmon takes the P of one that stays there
+  // (core/sysmon.cc, kUnansweredRevokeNs).
+  std::atomic<uint32_t> library_refusals{0};
   int64_t signal_sent_at = 0;  // sysmon's: when it last sent one
   // Between saving one context and restoring the next: never inject then.
   std::atomic<bool> in_switch{false};
@@ -712,6 +716,9 @@ int CreateThreadWithSignalsBlocked(pthread_t* thread, void* (*start)(void*), voi
 bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns = -1, int64_t cpu_wall = 0);
 // Whether async preemption may stop code at pc (core/preempt.cc).
 bool PreemptiblePc(uintptr_t pc);
+// Whether pc is outside the program's own code (its executable segments and
+// registered ranges): in a shared library, the vDSO or the dynamic loader.
+bool InLibraryCode(uintptr_t pc);
 // Fills the table PreemptiblePc reads (once; core/preempt.cc). Returns the
 // runtime libraries linked into the main executable ("libstdc++ and libc"),
 // which leave no code that may be interrupted, unless the program registered

@@ -117,6 +117,7 @@ struct PState {
   uint32_t asked_tick = 0;
   bool asked = false;
   int64_t asked_at = 0;  // when the first request for asked_tick went out
+  uint32_t asked_refusals = 0;  // the M's library_refusals then
   int64_t retry_at = 0;
   int64_t retry_delay = 0;
   uint32_t syscalltick = 0;
@@ -576,17 +577,21 @@ void SysmonLoop() {
         // that wake nobody.
         const bool again = ps[i].asked && ps[i].asked_tick == tick;
         // A request unanswered for a whole further slice (10 ms at least)
-        // while goroutines wait: the goroutine runs where no signal may stop
-        // it, typically a loop over calls into libc or another shared library
-        // (a write(2) loop spends nearly all its time there, and a signal
-        // lands on the executable's few instructions between calls once in
-        // thousands). Go's system calls are safe points of their own; here
-        // its P is taken as from an unmarked blocking call, so that the
-        // goroutines waiting for it run, and the goroutine runs on without
-        // one until it enters the runtime (below, revoked_ms). Not with async
-        // preemption off, whose loops keep their P, as in Go.
+        // while goroutines wait, with its signals refused in library code:
+        // the goroutine runs where no signal may stop it, typically a loop
+        // over calls into libc or another shared library (a write(2) loop
+        // spends nearly all its time there, and a signal lands on the
+        // executable's few instructions between calls once in thousands).
+        // Go's system calls are safe points of their own; here its P is
+        // taken as from an unmarked blocking call, so that the goroutines
+        // waiting for it run, and the goroutine runs on without one until it
+        // enters the runtime (below, revoked_ms). Not for other refusals
+        // (code the program excluded, a mask that blocks the signal, a
+        // NoPreemptScope), nor with async preemption off: those keep their
+        // P, as a call-free loop with async preemption off does in Go.
         if (v == Verdict::kRunning && again && work && sched.async_preemption &&
-            now - ps[i].asked_at >= std::max(p_slice, kUnansweredRevokeNs) && RevocationAvailable()) {
+            now - ps[i].asked_at >= std::max(p_slice, kUnansweredRevokeNs) &&
+            m->library_refusals.load(std::memory_order_relaxed) != ps[i].asked_refusals && RevocationAvailable()) {
           if (TryRevokeP(p, m, g, tick)) {
             revoked_ms.push_back(RevokedM{m, g, {}});
             sched.unanswered_revokes.fetch_add(1, std::memory_order_relaxed);
@@ -604,6 +609,7 @@ void SysmonLoop() {
             ps[i].asked = true;
             ps[i].asked_tick = tick;
             ps[i].asked_at = now;
+            ps[i].asked_refusals = m->library_refusals.load(std::memory_order_relaxed);
             ps[i].retry_delay = kSysmonRecheckNs / 2;
             ps[i].retry_at = now;
             // An observed slice needs a look soon after, to time the next.

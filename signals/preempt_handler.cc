@@ -160,6 +160,7 @@ void PreemptHandler(int sig, siginfo_t* info, void* uctx_void) {
   uintptr_t sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
   if (!PreemptiblePc(pc) || sp > g->stack.hi ||
       sp < g->stack.lo + 128 + TrampolineRoom() + 4096) {
+    if (InLibraryCode(pc)) m->library_refusals.fetch_add(1, std::memory_order_relaxed);
     WakeSysmonToRetry();
     errno = saved_errno;
     return;
