@@ -873,6 +873,7 @@ G* FindRunnable(M* m, bool* inherit) {
   for (;;) {
     P* p = m->p;
     *inherit = false;
+    if (p->stack_cache_trim.load(std::memory_order_relaxed)) [[unlikely]] StackTrimCache(p);
     int fired = 0;
     if (p->timer0_when.load(std::memory_order_relaxed) != 0) RunTimers(p, Nanotime(), &fired);
     bool timer_readied = fired > 0;

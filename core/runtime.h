@@ -377,6 +377,12 @@ struct P {
   // Caches used only by the owner.
   Stack stack_cache[kStackCacheSize];
   int stack_cache_n = 0;
+  // The fewest stacks the cache held since its last trim: the bottom ones
+  // that many sat unused all along (StackTrimCache).
+  int stack_cache_low = 0;
+  // Set by sysmon at each scavenge while the P is not idle: its owner trims
+  // the cache at its next schedule (FindRunnable), as sysmon cannot.
+  std::atomic<bool> stack_cache_trim{false};
   G* gfree = nullptr;
   int gfree_n = 0;
   int64_t goid_next = 0, goid_end = 0;
@@ -853,6 +859,11 @@ bool StackScavenge(bool all = false);
 // where StackScavenge gives their pages back once they stay unused (sysmon,
 // before each scavenge). Takes sched.mu.
 void StackFlushIdleCaches();
+// By p's owner, asked by sysmon (P::stack_cache_trim): moves the stacks of
+// p's cache that sat unused since the last trim to the global pool, so that
+// a P that never goes idle does not keep up to a cache-full of stacks with
+// their pages for ever.
+void StackTrimCache(P* p);
 // Stacks reserved and neither cached nor pooled: those of goroutines that
 // have run and not exited, or leaked. For leak tests; exact only while the
 // runtime is quiet (and sysmon is not between the two halves of a

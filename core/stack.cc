@@ -23,8 +23,9 @@
 //
 // Freed stacks go to the P's cache (LIFO, so a hot stack is reused while its
 // pages are still in cache), then to a global pool; sysmon moves the caches
-// of idle Ps to the pool (StackFlushIdleCaches), so that no idle stack keeps
-// its pages for ever (a P's cache holds up to 64). Above a high-water mark
+// of idle Ps to the pool (StackFlushIdleCaches), and asks busy Ps to move the
+// stacks of theirs that sat unused since the last scavenge (StackTrimCache),
+// so that no idle stack keeps its pages for ever (a P's cache holds up to 64). Above a high-water mark
 // the global pool gives a stack's pages back (MADV_DONTNEED) before keeping
 // it, and above a larger mark it unmaps reservations of kMapBatch stacks none
 // of which is in use, whole. Never one stack out of a reservation: the
@@ -352,7 +353,11 @@ size_t StackInitGlobal(size_t size) {
 }
 
 Stack StackAlloc(P* p, int64_t goid) {
-  if (p->stack_cache_n > 0) return p->stack_cache[--p->stack_cache_n];
+  if (p->stack_cache_n > 0) {
+    Stack s = p->stack_cache[--p->stack_cache_n];
+    p->stack_cache_low = std::min(p->stack_cache_low, p->stack_cache_n);
+    return s;
+  }
   {
     absl::MutexLock lock(&pool.mu);
     // Refill half the cache in one go, so the lock is taken once per batch;
@@ -390,6 +395,20 @@ void StackFree(P* p, Stack s) {
   for (int i = 0; i < kStackCacheSize - keep; ++i) pool.dirty.push_back(p->stack_cache[i]);
   for (int i = 0; i < keep; ++i) p->stack_cache[i] = p->stack_cache[kStackCacheSize - keep + i];
   p->stack_cache_n = keep;
+  p->stack_cache_low = 0;  // those left are not the ones that sat unused
+}
+
+void StackTrimCache(P* p) {
+  p->stack_cache_trim.store(false, std::memory_order_relaxed);
+  const int unused = std::min(p->stack_cache_low, p->stack_cache_n);
+  if (unused > 0) {
+    absl::MutexLock lock(&pool.mu);
+    // Oldest first, as StackFree spills them.
+    for (int i = 0; i < unused; ++i) pool.dirty.push_back(p->stack_cache[i]);
+  }
+  for (int i = unused; i < p->stack_cache_n; ++i) p->stack_cache[i - unused] = p->stack_cache[i];
+  __atomic_store_n(&p->stack_cache_n, p->stack_cache_n - unused, __ATOMIC_RELAXED);  // StacksInUse reads it racily
+  p->stack_cache_low = p->stack_cache_n;
 }
 
 void StackFlushIdleCaches() {
@@ -403,6 +422,7 @@ void StackFlushIdleCaches() {
     // Oldest first: the cache's top (its hottest) ends up the pool's newest.
     for (int i = 0; i < p->stack_cache_n; ++i) pool.dirty.push_back(p->stack_cache[i]);
     __atomic_store_n(&p->stack_cache_n, 0, __ATOMIC_RELAXED);  // StacksInUse reads it racily
+    p->stack_cache_low = 0;
   }
 }
 

@@ -393,6 +393,12 @@ void SysmonLoop() {
     // when no P runs), which a P's cache alone never does.
     if (int64_t now = Nanotime(); now >= next_scavenge) {
       StackFlushIdleCaches();
+      for (int i = 0; i < sched.nprocs; ++i) {
+        P* p = sched.allp[i];
+        if (p->status.load(std::memory_order_relaxed) != P::Status::kIdle) {
+          p->stack_cache_trim.store(true, std::memory_order_relaxed);
+        }
+      }
       bool more = StackScavenge();
       next_scavenge = now + (more ? kScavengeBacklogNs : kScavengePeriodNs);
     }
