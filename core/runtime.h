@@ -851,7 +851,7 @@ Stack StackAlloc(P* p, int64_t goid);  // goid: named if no stack can be had
 void StackFree(P* p, Stack s);
 // Gives back the pages of stacks that sat unused since the last call, above a
 // high-water mark, and unmaps a surplus of whole reservations none of whose
-// stacks is in use (sysmon calls it every 100 ms). With `all`, every idle
+// stacks is in use (sysmon calls it every second). With `all`, every idle
 // stack above the mark (sysmon, before it sleeps because every P is idle).
 // Does a bounded batch; returns true if more remains.
 bool StackScavenge(bool all = false);
