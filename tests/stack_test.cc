@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "goro/goro.h"
@@ -407,35 +408,46 @@ int64_t RssKiB() {
   return -1;
 }
 
+// On a goroutine: `n` goroutines each write 768 KiB of their stack and wait
+// until all have, so that all of them hold their stacks at once; then they
+// exit. Returns once they have; `at_peak` runs while they all hold them.
+void StackBurst(int n, const std::function<void()>& at_peak = {}) {
+  goro::Chan<int> gate;
+  goro::WaitGroup written, done;
+  written.Add(n);
+  done.Add(n);
+  for (int i = 0; i < n; ++i) {
+    goro::Go([&] {
+      WriteStack(768 * 1024);
+      written.Done();
+      gate.Recv();
+      done.Done();
+    });
+  }
+  written.Wait();
+  if (at_peak) at_peak();
+  gate.Close();
+  done.Wait();
+}
+
+// Polls RSS until it is less than `above_kib` over `before`, for up to
+// `limit`; returns whether it got there, with the last reading in *after.
+bool RssFallsToWithin(int64_t before, int64_t above_kib, absl::Duration limit, int64_t* after) {
+  return goro_test::Eventually(
+      [&] {
+        *after = RssKiB();
+        return *after - before < above_kib;
+      },
+      limit);
+}
+
 TEST(StackTest, IdleStacksGiveTheirPagesBack) {
   SKIP_UNDER_MEMORY_SANITIZER("RSS measurements");
   goro_test::StartRuntime();
   const int64_t before = RssKiB();
-  RunBounded([] {
-    constexpr int kGoroutines = 300;
-    goro::Chan<int> gate;
-    goro::WaitGroup written, done;
-    written.Add(kGoroutines);
-    done.Add(kGoroutines);
-    for (int i = 0; i < kGoroutines; ++i) {
-      goro::Go([&] {
-        WriteStack(768 * 1024);
-        written.Done();
-        gate.Recv();  // all of them hold their stacks at once
-        done.Done();
-      });
-    }
-    written.Wait();
-    gate.Close();
-    done.Wait();
-  });
+  RunBounded([] { StackBurst(300); });
   int64_t after = -1;
-  bool fell = goro_test::Eventually(
-      [&] {
-        after = RssKiB();
-        return after - before < 32 * 1024;
-      },
-      absl::Seconds(20));
+  bool fell = RssFallsToWithin(before, 32 * 1024, absl::Seconds(20), &after);
   fprintf(stderr, "RSS %lld KiB before, %lld KiB once idle\n", static_cast<long long>(before),
           static_cast<long long>(after));
   EXPECT_TRUE(fell) << "idle stacks kept " << (after - before) / 1024 << " MiB of pages";
@@ -460,31 +472,9 @@ TEST(StackTest, IdleStacksGiveTheirPagesBackWhileAPStaysBusy) {
     while (!stop.load(std::memory_order_relaxed)) goro::Checkpoint();
     busy_done.Done();
   });
-  RunBounded([] {
-    constexpr int kGoroutines = 300;
-    goro::Chan<int> gate;
-    goro::WaitGroup written, done;
-    written.Add(kGoroutines);
-    done.Add(kGoroutines);
-    for (int i = 0; i < kGoroutines; ++i) {
-      goro::Go([&] {
-        WriteStack(768 * 1024);
-        written.Done();
-        gate.Recv();
-        done.Done();
-      });
-    }
-    written.Wait();
-    gate.Close();
-    done.Wait();
-  });
+  RunBounded([] { StackBurst(300); });
   int64_t after = -1;
-  bool fell = goro_test::Eventually(
-      [&] {
-        after = RssKiB();
-        return after - before < 64 * 1024;
-      },
-      absl::Seconds(20));
+  bool fell = RssFallsToWithin(before, 64 * 1024, absl::Seconds(20), &after);
   stop = true;
   busy_done.Wait();
   fprintf(stderr, "RSS %lld KiB before, %lld KiB with a P busy\n", static_cast<long long>(before),
@@ -510,33 +500,13 @@ TEST(StackTest, IdleStacksGiveTheirPagesBackWhileAPStaysBusy) {
   static std::atomic<bool> stop{false}, burst_done{false};
   static std::atomic<int64_t> peak{0};
   goro::Go([] {
-    goro::Chan<int> gate;
-    goro::WaitGroup written, done;
-    for (int i = 0; i < 100; ++i) {
-      written.Add(1);
-      done.Add(1);
-      goro::Go([&] {
-        WriteStack(768 * 1024);
-        written.Done();
-        gate.Recv();  // all of them hold their stacks at once
-        done.Done();
-      });
-    }
-    written.Wait();
-    peak = RssKiB();
-    gate.Close();
-    done.Wait();
+    StackBurst(100, [] { peak = RssKiB(); });
     burst_done = true;
     while (!stop.load(std::memory_order_relaxed)) goro::Checkpoint();  // the P never idles again
   });
   if (!goro_test::Eventually([] { return burst_done.load(); }, absl::Seconds(10))) _exit(3);
   int64_t after = -1;
-  bool fell = goro_test::Eventually(
-      [&] {
-        after = RssKiB();
-        return after - before < 32 * 1024;
-      },
-      absl::Seconds(20));
+  bool fell = RssFallsToWithin(before, 32 * 1024, absl::Seconds(20), &after);
   stop = true;
   fprintf(stderr, "RSS %lld KiB before, %lld KiB after the burst, %lld KiB with the P busy\n",
           static_cast<long long>(before), static_cast<long long>(peak.load()), static_cast<long long>(after));
