@@ -1571,17 +1571,40 @@ TEST(PreemptSafetyTest, RuntimeThreadsKeepTheProgramsBlockedSignals) {
 // left on the thread. Also checks that a goroutine wired with LockOSThread
 // keeps the mask it set across a park.
 
+// A plain thread that stops `spin`'s loop after 5 s, so that a failure is a
+// failed check rather than the watchdog; it sets *by_thread if it had to.
+std::thread StopLoopAfterFiveSeconds(Spin* spin, std::atomic<bool>* by_thread) {
+  return std::thread([spin, by_thread] {
+    for (int i = 0; i < 500 && spin->stop.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (spin->stop.load() == 0) *by_thread = true;
+    spin->stop = 1;
+  });
+}
+
+// On one P, on the main goroutine: starts a goroutine that runs `first` and
+// then the asm loop, and checks that the main goroutine ran again while the
+// loop was still running, which only a preemption by signal allows.
+void ExpectTheNextLoopPreempted(Spin* spin, const std::atomic<bool>& by_thread,
+                                const std::function<void()>& first = {}) {
+  goro::WaitGroup wg;
+  wg.Add(1);
+  goro::Go([&] {
+    if (first) first();
+    spin->Run(goro_test_spin_until);
+    wg.Done();
+  });
+  while (!spin->Started()) goro::Yield();
+  CHILD_CHECK(spin->stop.load() == 0 && !by_thread.load(),
+              "the main goroutine ran only after the loop was stopped: it was never preempted");
+  spin->stop = 1;
+  wg.Wait();
+}
+
 [[noreturn]] void MaskLeftByAnExitedGoroutineChild() {
   goro_test::Watchdog dog(absl::Seconds(25), "a mask left by an exited goroutine");
   static Spin spin;
   static std::atomic<bool> stop_by_thread{false};
-  // A plain thread stops the loop after 5 s, so that a failure is a failed
-  // check rather than the watchdog.
-  std::thread stopper([] {
-    for (int i = 0; i < 500 && spin.stop.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (spin.stop.load() == 0) stop_by_thread = true;
-    spin.stop = 1;
-  });
+  std::thread stopper = StopLoopAfterFiveSeconds(&spin, &stop_by_thread);
   goro::Run(
       [] {
         sigset_t usr2;
@@ -1606,19 +1629,11 @@ TEST(PreemptSafetyTest, RuntimeThreadsKeepTheProgramsBlockedSignals) {
           wg.Done();
         });
         wg.Wait();
-        wg.Add(1);
-        goro::Go([&] {
+        ExpectTheNextLoopPreempted(&spin, stop_by_thread, [] {
           sigset_t cur;
           pthread_sigmask(SIG_BLOCK, nullptr, &cur);
           CHILD_CHECK(sigismember(&cur, SIGUSR2) == 0, "a new goroutine found SIGUSR2 blocked on its thread");
-          spin.Run(goro_test_spin_until);
-          wg.Done();
         });
-        while (!spin.Started()) goro::Yield();
-        CHILD_CHECK(spin.stop.load() == 0 && !stop_by_thread.load(),
-                    "the main goroutine ran only after the loop was stopped: it was never preempted");
-        spin.stop = 1;
-        wg.Wait();
       },
       Opts(1, absl::Milliseconds(1)));
   stopper.join();
@@ -1648,16 +1663,15 @@ __attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
 // the loop was stopped) without the legacy calls' wrappers (sighold, sigblock,
 // sigsetmask, sigset) or without g0's look at the mask after a refusal (raw).
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy calls, and sigmask()
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy calls
+// The legacy calls' mask of SIGUSR2 (glibc's sigmask(), whose deprecation
+// warning comes from the preprocessor and the pragma does not silence).
+constexpr int kUsr2OldMask = 1 << (SIGUSR2 - 1);
 [[noreturn]] void MaskLeftByALegacyCallChild(const std::string& how) {
   goro_test::Watchdog dog(absl::Seconds(25), "a mask left by a legacy call");
   static Spin spin;
   static std::atomic<bool> stop_by_thread{false};
-  std::thread stopper([] {
-    for (int i = 0; i < 500 && spin.stop.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (spin.stop.load() == 0) stop_by_thread = true;
-    spin.stop = 1;
-  });
+  std::thread stopper = StopLoopAfterFiveSeconds(&spin, &stop_by_thread);
   goro::Run(
       [&how] {
         goro::WaitGroup wg;
@@ -1666,11 +1680,11 @@ __attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
           if (how == "sighold") {
             CHILD_CHECK(sighold(SIGUSR2) == 0, "sighold failed");
           } else if (how == "sigblock") {
-            sigblock(sigmask(SIGUSR2));
+            sigblock(kUsr2OldMask);
           } else if (how == "sigsetmask") {
             sigset_t cur;
             pthread_sigmask(SIG_BLOCK, nullptr, &cur);
-            sigsetmask(static_cast<int>(cur.__val[0]) | sigmask(SIGUSR2));
+            sigsetmask(static_cast<int>(cur.__val[0]) | kUsr2OldMask);
           } else if (how == "sigset") {
             CHILD_CHECK(sigset(SIGUSR2, SIG_HOLD) != SIG_ERR, "sigset failed");
           } else {
@@ -1690,16 +1704,7 @@ __attribute__((noinline)) uint64_t CallFreeWork(uint64_t n) {
           wg.Done();
         });
         wg.Wait();
-        wg.Add(1);
-        goro::Go([&] {
-          spin.Run(goro_test_spin_until);
-          wg.Done();
-        });
-        while (!spin.Started()) goro::Yield();
-        CHILD_CHECK(spin.stop.load() == 0 && !stop_by_thread.load(),
-                    "the main goroutine ran only after the loop was stopped: it was never preempted");
-        spin.stop = 1;
-        wg.Wait();
+        ExpectTheNextLoopPreempted(&spin, stop_by_thread);
       },
       Opts(1, absl::Milliseconds(1)));
   stopper.join();
