@@ -206,7 +206,7 @@ class OpsTurn {
 // passes.
 absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
   for (;;) {
-    // deadline_ns: 0 for none, -1 for one already passed.
+    // deadline_ns: 0 for none (callers fail one already passed first).
     const int timeout_ms = deadline_ns == 0 ? -1 : TimeoutMillis(std::max<int64_t>(deadline_ns - Nanotime(), 0));
     pollfd pfd{fd, events, 0};
     int r = RuntimeSyscall([&] { return ::poll(&pfd, 1, timeout_ms); });
@@ -278,6 +278,7 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   // neither the wait after a short TCP read nor a stream's poll(2) below
   // may make it wait for data it would not take.
   if (n == 0) return size_t{0};
+  if (dl < 0) return internal::DeadlineError(fd);
   if (!pollable) {
     // A process sharing the stream may take the data between poll(2) and
     // read(2); the read then waits for more, past the deadline.
@@ -291,10 +292,8 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
       if (const int err = internal::Errno(); err != EINTR) return internal::ErrnoStatus(err, "read", fd);
     }
   }
-  if (dl >= 0 && pd->drained.load(std::memory_order_relaxed)) {
+  if (pd->drained.load(std::memory_order_relaxed)) {
     // The last read emptied the queue: skip the read that would say EAGAIN.
-    // Not with a deadline already passed: such a Read means "what is there
-    // now", and the wait would fail before looking.
     // A deadline that passes before the edge is fetched still gets its read
     // (below): the data may be there already.
     pd->drained.store(false, std::memory_order_relaxed);
@@ -329,6 +328,7 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   // each chunk is not raced by another writer filling the room it found.
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (dl < 0) return internal::DeadlineError(fd);
   while (done < n) {
     ssize_t r;
     if (pollable) {
@@ -378,6 +378,7 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, listen_fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (dl < 0) return internal::DeadlineError(listen_fd);
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
@@ -403,6 +404,9 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  // Before connect(2), as Go's dialer: a connection started here would go on
+  // in the background after the call had said it failed.
+  if (dl < 0) return internal::DeadlineError(fd);
   int err = 0;
   bool retried = false;
   while (::connect(fd, addr, len) < 0) {
@@ -455,6 +459,7 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (dl < 0) return internal::DeadlineError(fd);
   if (stream) return internal::PollBlocking(fd, POLLIN, dl);
   if (!pollable) return absl::OkStatus();  // regular files are always ready
   return internal::WaitReady(pd, fd, seq, Mode::kRead, dl);
@@ -469,6 +474,7 @@ absl::Status WaitWritable(int fd, absl::Time deadline) {
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
   if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (dl < 0) return internal::DeadlineError(fd);
   if (stream) return internal::PollBlocking(fd, POLLOUT, dl);
   if (!pollable) return absl::OkStatus();
   return internal::WaitReady(pd, fd, seq, Mode::kWrite, dl);

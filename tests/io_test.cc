@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -535,6 +536,58 @@ TEST_F(IoTest, DeadlineInThePastFailsAtOnce) {
         EXPECT_TRUE(io::Close(p[0]).ok());
         EXPECT_TRUE(io::Close(p[1]).ok());
         EXPECT_TRUE(io::Close(lfd).ok());
+      },
+      absl::Seconds(25));
+}
+
+// As in Go, a deadline already passed fails before any system call, so the
+// operation takes nothing that was ready: the data stays for the next Read,
+// the pipe's room stays empty, the pending connection stays queued, and
+// Connect starts no connection that would go on after it said it failed.
+TEST_F(IoTest, DeadlineInThePastTakesNothingThatIsReady) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  sockaddr_in addr;
+  int lfd = Listen(&addr);
+  ASSERT_GE(lfd, 0);
+  int pending = TcpSocket();
+  ASSERT_GE(pending, 0);
+  int late = TcpSocket();
+  ASSERT_GE(late, 0);
+  goro_test::RunBounded(
+      [&] {
+        const absl::Time past = absl::Now() - absl::Seconds(1);
+        ASSERT_EQ(write(p[1], "abc", 3), 3);
+        char buf[8];
+        absl::StatusOr<size_t> r = io::Read(p[0], buf, sizeof buf, past);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << "Read of ready data: " << r.status();
+        r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(5)));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(*r, 3u) << "a Read with a past deadline took the data";
+
+        absl::StatusOr<size_t> w = io::Write(p[1], "x", 1, past);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(w.status())) << "Write with room: " << w.status();
+        int queued = -1;
+        ASSERT_EQ(ioctl(p[0], FIONREAD, &queued), 0);
+        EXPECT_EQ(queued, 0) << "a Write with a past deadline wrote";
+
+        ASSERT_TRUE(io::Connect(pending, Sa(addr), sizeof addr, In(absl::Seconds(5))).ok());
+        absl::StatusOr<int> a = io::Accept(lfd, past);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(a.status())) << "Accept of a queued connection: " << a.status();
+        if (a.ok()) close(*a);
+        a = io::Accept(lfd, In(absl::Seconds(5)));
+        EXPECT_TRUE(a.ok()) << "the queued connection was taken: " << a.status();
+        if (a.ok()) close(*a);
+
+        absl::Status c = io::Connect(late, Sa(addr), sizeof addr, past);
+        EXPECT_TRUE(absl::IsDeadlineExceeded(c)) << "Connect: " << c;
+        sockaddr_in peer;
+        socklen_t plen = sizeof peer;
+        EXPECT_NE(getpeername(late, reinterpret_cast<sockaddr*>(&peer), &plen), 0)
+            << "Connect said DeadlineExceeded but connected";
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitReadable(p[0], past)));
+        EXPECT_TRUE(absl::IsDeadlineExceeded(io::WaitWritable(p[1], past))) << "WaitWritable with room";
+        for (int fd : {p[0], p[1], lfd, pending, late}) EXPECT_TRUE(io::Close(fd).ok());
       },
       absl::Seconds(25));
 }
@@ -1539,11 +1592,10 @@ int64_t ReadSyscalls() {
 // per message, not two. Counted with /proc/self/io over 2,000 round trips,
 // with the client's reads (one per round trip) included. Fails if io::Read
 // always tries the read first (about 2.6 reads per round trip measured).
-// A Read whose deadline has already passed still returns what is queued, as
-// it does on a fresh socket, also after a short read. Fails if the short
-// read's "wait for the edge first" makes it wait, which fails at once with
-// DeadlineExceeded.
-TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadReturnsWhatIsQueued) {
+// A Read whose deadline has already passed fails and leaves what is queued,
+// after a short read as on a fresh socket, and the short read's mark does
+// not outlive it: the next Read returns the data.
+TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadLeavesWhatIsQueued) {
   int client, server;
   ASSERT_TRUE(TcpPair(&client, &server));
   goro_test::RunBounded(
@@ -1560,6 +1612,8 @@ TEST_F(IoTest, ReadWithAPassedDeadlineAfterAShortTcpReadReturnsWhatIsQueued) {
         ASSERT_TRUE(ReadyLatched(pd));
         ASSERT_TRUE(pd->drained.load());
         r = io::Read(server, buf, sizeof buf, absl::Now());
+        EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+        r = io::Read(server, buf, sizeof buf, In(absl::Seconds(10)));
         ASSERT_TRUE(r.ok()) << r.status();
         EXPECT_EQ(std::string(buf, *r), "abcdefghij");
       },

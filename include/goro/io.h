@@ -44,6 +44,13 @@
 //                          with no reader);
 //   otherwise the errno, mapped with absl::ErrnoToStatus.
 // Read returns 0 bytes at end of file, as read(2) does.
+//
+// A deadline already passed fails the operation (after its turn) with
+// DeadlineExceededError before any system call, as in Go, even when data,
+// room or a connection is there: a Read leaves the data for the next one,
+// and a Connect starts no connection. A Connect that fails later, while the
+// connection is under way (its deadline, io::Close), may leave it to complete
+// in the background: close the socket.
 #ifndef GORO_IO_H_
 #define GORO_IO_H_
 
@@ -58,11 +65,12 @@
 namespace goro::io {
 
 // Reads up to n bytes; returns how many (0 at end of file). With n == 0 it
-// returns 0 once it has its turn, without waiting for data, as Go's does.
+// returns 0 once it has its turn, without waiting for data or looking at the
+// deadline, as Go's does.
 absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline = absl::InfiniteFuture());
 // Writes all n bytes (completing partial writes); returns n, or an error with
 // some bytes possibly written. With n == 0 it returns 0 once it has its
-// turn, without waiting for room.
+// turn (if the deadline has not passed), without waiting for room.
 absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n,
                              absl::Time deadline = absl::InfiniteFuture());
 // Accepts a connection; the new fd is non-blocking and close-on-exec.
