@@ -1073,15 +1073,17 @@ void GfreePut(P* p, G* g) {
 // Makes g the goroutine running on m (before the switch to it): its slice,
 // its stack, its status, curg. The caller switches to g->ctx with in_switch
 // set.
+// A new time slice on p: stamped (short slices only) before the tick is
+// published, so that sysmon never pairs a new tick with an old start.
+void StartSlice(P* p) {
+  p->slice_spent = false;
+  if (sched.stamp_slices) p->slice_start_tsc.store(arch::ReadTsc(), std::memory_order_relaxed);
+  p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
 void PrepareToRun(M* m, G* g, bool inherit) {
   P* p = m->p;
-  if (!inherit || p->slice_spent) {
-    p->slice_spent = false;
-    // A new time slice: stamp it (short slices only) before publishing the
-    // tick, so that sysmon never pairs a new tick with an old start.
-    if (sched.stamp_slices) p->slice_start_tsc.store(arch::ReadTsc(), std::memory_order_relaxed);
-    p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  }
+  if (!inherit || p->slice_spent) StartSlice(p);
   if (g->stack.hi == 0) {
     g->stack = StackAlloc(p, g->id);
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
@@ -1769,7 +1771,13 @@ void ReacquireP(M* m, G* g) {
 
 void ReacquirePOnSameThread(M* m, G* g) {
   if (TryAcquireIdleP(m)) {
-    trace::GoStart(m->p, g);  // g runs on: on this P from now
+    // g runs on, on this P from now, in a new slice: the P ran nothing while
+    // it was idle, and its old slice, timed from before that, would be
+    // preempted at once (AcquireP's slice_spent is seen only by a switch).
+    // A request made while g ran without a P was to bring it here.
+    StartSlice(m->p);
+    g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+    trace::GoStart(m->p, g);
     return;
   }
   bool wired = g->locked_m != nullptr;

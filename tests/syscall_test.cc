@@ -951,6 +951,46 @@ TEST(SyscallTest, RetakesToTheIdleListAreNotHandoffs) { EXPECT_CHILD_OK(IdleReta
 
 TEST(SyscallTest, APBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(IdlePStartsANewSliceChild()); }
 
+// The same for a goroutine that takes the idle P back itself: on 1 P it
+// makes a 40 ms unmarked sleep (sysmon takes the P after 10 ms, and it goes
+// idle), then a runtime entry that does not switch (a Send on a buffered
+// channel with room) takes the P back, and the goroutine computes 3 ms, 20
+// times. Fails if the goroutine keeps the P's old slice: the tick did not
+// move in 20 of 20 rounds, and sysmon preempted the 3 ms in 7-17 of them
+// (the reviewer's runs).
+[[noreturn]] void ReacquiredIdlePStartsANewSliceChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a P taken back from idle starts a new slice");
+  goro::Run(
+      [] {
+        using goro::internal::sched;
+        constexpr int kRounds = 20;
+        goro::Chan<int> ch(1);
+        int revoked = 0, old_tick = 0, preempted = 0;
+        for (int i = 0; i < kRounds; ++i) {
+          const uint32_t tick0 = sched.allp[0]->schedtick.load();
+          usleep(40000);  // deliberately unmarked
+          revoked += !HoldsAP();
+          ch.Send(i);
+          old_tick += sched.allp[0]->schedtick.load() == tick0;
+          const uint64_t p0 = goro::GetStats().async_preemptions + goro::GetStats().cooperative_preemptions;
+          goro_test::Spin(absl::Milliseconds(3));
+          preempted += goro::GetStats().async_preemptions + goro::GetStats().cooperative_preemptions != p0;
+          ch.Recv();
+        }
+        CHILD_CHECK(revoked > kRounds / 2, "sysmon took the P in only %d of %d sleeps: the test proved nothing",
+                    revoked, kRounds);
+        CHILD_CHECK(old_tick <= kRounds - revoked, "the goroutine took the P back with its old tick in %d of %d rounds",
+                    old_tick, kRounds);
+        // A 3 ms loop can take 10 ms on a loaded host: allow a few.
+        CHILD_CHECK(preempted <= 5, "%d of %d 3 ms loops right after taking the P back were preempted", preempted,
+                    kRounds);
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, APTakenBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(ReacquiredIdlePStartsANewSliceChild()); }
+
 // A loop over libc calls (write(2) to /dev/null) spends nearly all its time
 // in libc or the kernel, where the preemption signal is refused, and makes no
 // goro call. On 1 P two such loops run while the main goroutine sleeps 10 ms,
