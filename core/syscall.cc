@@ -5,7 +5,9 @@
 // status becomes kSyscall. From then on sysmon may take the P (CAS kSyscall ->
 // kIdle) and hand it to another M: on its second look at the same region
 // (one sysmon tick) if goroutines are waiting to run, or a timer of the P's
-// is due while no P is idle (core/sysmon.cc); else after 10 ms. With
+// is due while no P is idle (core/sysmon.cc); else after 10 ms. After such
+// a hand-off sysmon looks again in a tick (the next goroutine may block at
+// once). With
 // goroutines waiting, entering wakes sysmon for its first look if it would
 // look later than 1 ms from now (WakeSysmonForSyscall). Sysmon
 // never signals an M whose P is in kSyscall, and the goroutine's preempt_off

@@ -991,6 +991,58 @@ TEST(SyscallTest, APBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(IdlePStartsAN
 
 TEST(SyscallTest, APTakenBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(ReacquiredIdlePStartsANewSliceChild()); }
 
+// Goroutines taking turns at blocking calls: on 1 P, 8 goroutines each make
+// 10 marked calls that last until the P is taken from them (or 20 ms), so
+// every call but the last hands the P on, and each measures how long that
+// took. After a hand-off sysmon looks again in a tick, so the next call's P
+// goes within about two ticks (100 us; Go's sysmon, 20-40 us). Fails if
+// sysmon sleeps its 1 ms steps after a hand-off: the median was about 1 ms.
+[[noreturn]] void TurnsAtBlockingCallsChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "goroutines taking turns at blocking calls");
+  goro::Run(
+      [] {
+        constexpr int kGoroutines = 8, kCalls = 10;
+        std::vector<absl::Duration> took;
+        goro::Mutex mu;
+        goro::WaitGroup wg;
+        for (int i = 0; i < kGoroutines; ++i) {
+          wg.Add(1);
+          goro::Go([&] {
+            for (int k = 0; k < kCalls; ++k) {
+              absl::Duration d;
+              goro::Syscall([&] {
+                goro::internal::M* self = goro::internal::CurrentM();
+                const auto start = Now();
+                while (goro::internal::sched.allp[0]->syscall_owner.load() == self &&
+                       goro_test::Since(start) < absl::Milliseconds(20)) {
+                  NanosleepErr(absl::Microseconds(20));
+                }
+                d = goro_test::Since(start);
+                return 0;
+              });
+              mu.Lock();
+              took.push_back(d);
+              mu.Unlock();
+            }
+            wg.Done();
+          });
+        }
+        wg.Wait();
+        std::sort(took.begin(), took.end());
+        const absl::Duration median = took[took.size() / 2];
+        fprintf(stderr, "P handed on after %s (median), %s (90th percentile) of a blocking call\n",
+                absl::FormatDuration(median).c_str(), absl::FormatDuration(took[took.size() * 9 / 10]).c_str());
+        CHILD_CHECK(median < absl::Microseconds(500), "the median call kept the P for %s with goroutines waiting",
+                    absl::FormatDuration(median).c_str());
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(SyscallTest, GoroutinesTakingTurnsAtBlockingCallsHandThePOnWithinTicks) {
+  EXPECT_CHILD_OK(TurnsAtBlockingCallsChild());
+}
+
 // A loop over libc calls (write(2) to /dev/null) spends nearly all its time
 // in libc or the kernel, where the preemption signal is refused, and makes no
 // goro call. On 1 P two such loops run while the main goroutine sleeps 10 ms,
