@@ -228,7 +228,7 @@ struct Stats {
   uint64_t cooperative_preemptions = 0;  // requests honoured at a safe point
   uint64_t preempt_signals_sent = 0;
   uint64_t steals = 0;    // successful steals of goroutines from another P
-  uint64_t handoffs = 0;  // Ps handed from a blocked M to another M (not those put idle)
+  uint64_t handoffs = 0;  // Ps handed from a blocked or revoked M to another M (not those put idle)
   int procs = 0;          // number of Ps (0 before the runtime starts)
   int threads = 0;        // Ms (OS threads) alive now: created, less those ended
                           // with a goroutine that exited wired (LockOSThread)
