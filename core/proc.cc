@@ -154,7 +154,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1291,10 +1290,12 @@ void RetireMOnG0(M* m) {
 }
 
 // The end of a retired M's thread, on g0 as MStart returns. No signal may
-// land on the alternate stack once it is unmapped, so every signal is
-// blocked first, for good: one already pending on the thread (sysmon's, sent
-// before the P was handed on) dies with it, and the program's process-wide
-// signals go to other threads. The thread's own stack goes back to the C
+// land on the alternate stack once the next M may be given it, so every
+// signal is blocked first, for good: one already pending on the thread
+// (sysmon's, sent before the P was handed on) dies with it, and the
+// program's process-wide signals go to other threads. The alternate stack
+// stays mapped, for the next M (ReleaseMAltStack): a goroutine may have
+// saved it, to set it again later. The thread's own stack goes back to the C
 // library as the thread ends. Thread-local destructors that run after this
 // find a plain thread (no M), as on any thread of the program.
 void ExitMThread(M* m) {
@@ -1304,8 +1305,7 @@ void ExitMThread(M* m) {
   stack_t off{};
   off.ss_flags = SS_DISABLE;
   sigaltstack(&off, nullptr);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  munmap(static_cast<char*>(m->altstack) - page, m->altstack_size + page);  // and its guard page (MInitSignals)
+  ReleaseMAltStack(m);
   tls_m = nullptr;
 }
 

@@ -321,7 +321,7 @@ struct M {
   // an unmarked call. Sysmon watches it: if the goroutine runs on without
   // entering the runtime, it is signalled like any hog (and re-acquires a P).
   std::atomic<bool> revoked{false};
-  void* altstack = nullptr;  // sigaltstack memory
+  void* altstack = nullptr;  // sigaltstack memory (MAltStack::mem)
   size_t altstack_size = 0;
   // sched.allm: every M whose thread has not ended. Written under sched.mu
   // (pushed by NewM, unlinked by RetireMOnG0); read without it, and an M
@@ -887,6 +887,29 @@ bool PreemptHandlerInstalled();
 // its default action.
 extern __attribute__((tls_model("initial-exec"))) thread_local bool tls_in_io_write;
 void MInitSignals(M* m);  // on a new M's thread: sigaltstack
+// An alternate signal stack made for an M (MInitSignals). None is ever
+// unmapped: the stack of an M whose thread ends waits on a free list for the
+// next M (ReleaseMAltStack), so an address that was once an M's alternate
+// stack stays the runtime's for the rest of the process. The sigaltstack
+// interposer relies on that (signals/altstack.cc): a goroutine that sets
+// one of them - another M's, or that of an M whose thread has ended - gets
+// its own M's instead, never memory unmapped since or mapped again for
+// something else.
+struct MAltStack {
+  void* mem = nullptr;  // above its guard page
+  size_t size = 0;
+  // On m_altstacks: set before the record is published there, then fixed.
+  MAltStack* next = nullptr;
+  // On the free list; written and read under its lock (signals/signals.cc).
+  MAltStack* free_link = nullptr;
+};
+// Every alternate stack made for an M, in use or free, newest first. Pushed
+// by MInitSignals (release) and never unlinked: read without a lock.
+extern std::atomic<MAltStack*> m_altstacks;
+// On the thread of an M that retired, once the thread's alternate stack is
+// disabled for good (ExitMThread): puts the M's on the free list, its pages
+// given back.
+void ReleaseMAltStack(M* m);
 // The signal mask every M runs with: that of the thread that started the
 // runtime (what a thread it created would inherit), less the signals the
 // runtime must receive (the preemption signal, synchronous faults). Set once

@@ -20,7 +20,12 @@
 //     FinishSwitchOnG0); a goroutine wired with LockOSThread keeps its own
 //     until it exits;
 //   - one that then sets an alternate stack of another M (the old one it
-//     saved on the thread it left) gets its own M's instead.
+//     saved on the thread it left) gets its own M's instead. So does one
+//     that sets the stack of an M whose thread has ended since (a goroutine
+//     wired to it exited): M stacks are never unmapped, but kept for the next
+//     M (ReleaseMAltStack), so the address is still an M stack, free or
+//     another M's, and never memory the kernel would fault on or the program
+//     has mapped again since.
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,11 +46,11 @@ int RealSigaltstack(const stack_t* ss, stack_t* old) {
   return static_cast<int>(syscall(SYS_sigaltstack, ss, old));
 }
 
-// Whether sp is the alternate stack of an M other than m. sched.allm may be
-// walked without a lock (core/runtime.h).
-bool IsAnotherMsAltStack(const M* m, const void* sp) {
-  for (M* o = sched.allm.load(std::memory_order_acquire); o != nullptr; o = o->alllink.load(std::memory_order_acquire)) {
-    if (o != m && o->altstack == sp) return true;
+// Whether sp is an alternate stack made for an M: this one's, another's, or
+// free. m_altstacks may be walked without a lock (core/runtime.h).
+bool IsMAltStack(const void* sp) {
+  for (MAltStack* s = m_altstacks.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    if (s->mem == sp) return true;
   }
   return false;
 }
@@ -70,8 +75,8 @@ int GoroutineSigaltstack(G* g, const stack_t* ss, stack_t* old) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
   stack_t set = *ss;
-  if (!(set.ss_flags & SS_DISABLE) && IsAnotherMsAltStack(m, set.ss_sp)) {
-    set.ss_sp = m->altstack;  // the one it saved on the thread it left
+  if (!(set.ss_flags & SS_DISABLE) && IsMAltStack(set.ss_sp)) {
+    set.ss_sp = m->altstack;  // the one it saved on the thread it left, or its own
     set.ss_size = m->altstack_size;
   }
   int r = RealSigaltstack(&set, old);

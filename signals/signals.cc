@@ -24,7 +24,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <new>
 
 #include "arch/cpu.h"
 #include "core/fatal.h"
@@ -213,7 +215,24 @@ void InitMSignalMask(int preempt_signal) {
   }
 }
 
-void MInitSignals(M* m) {
+std::atomic<MAltStack*> m_altstacks{nullptr};
+
+namespace {
+
+// The alternate stacks of Ms whose threads ended, linked through free_link,
+// with their pages given back; the next M takes one before it maps another.
+SpinLock altstack_free_lock;
+MAltStack* altstack_free = nullptr;  // under altstack_free_lock
+
+MAltStack* TakeFreeAltStack() {
+  altstack_free_lock.Lock();
+  MAltStack* s = altstack_free;
+  if (s != nullptr) altstack_free = s->free_link;
+  altstack_free_lock.Unlock();
+  return s;
+}
+
+MAltStack* MapAltStack() {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size_t size = std::max<size_t>(64 * 1024, static_cast<size_t>(sysconf(_SC_SIGSTKSZ)));
   size = (size + page - 1) / page * page;
@@ -227,16 +246,43 @@ void MInitSignals(M* m) {
     FatalF("cannot allocate a signal stack for a new runtime thread: mmap of %zu bytes: %s (errno %d)",
            size + page, strerror(err), err);
   }
-  void* mem = static_cast<char*>(region) + page;
-  // Pre-fault it: a handler must not take page faults on a nearly full system.
-  memset(mem, 0, size);
+  auto* s = new (std::nothrow) MAltStack;
+  if (s == nullptr) Fatal("cannot allocate a signal stack record for a new runtime thread");
+  s->mem = static_cast<char*>(region) + page;
+  s->size = size;
+  // Published before any thread can be given it, let alone a goroutine save it.
+  s->next = m_altstacks.load(std::memory_order_relaxed);
+  while (!m_altstacks.compare_exchange_weak(s->next, s, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+  return s;
+}
+
+}  // namespace
+
+void MInitSignals(M* m) {
+  MAltStack* s = TakeFreeAltStack();
+  if (s == nullptr) s = MapAltStack();
+  // Pre-fault it: a handler must not take page faults on a nearly full
+  // system. (A free one gave its pages back.)
+  memset(s->mem, 0, s->size);
   stack_t ss;
-  ss.ss_sp = mem;
-  ss.ss_size = size;
+  ss.ss_sp = s->mem;
+  ss.ss_size = s->size;
   ss.ss_flags = 0;
   if (sigaltstack(&ss, nullptr) != 0) Fatal("sigaltstack failed for a new thread");
-  m->altstack = mem;
-  m->altstack_size = size;
+  m->altstack = s->mem;
+  m->altstack_size = s->size;
+}
+
+void ReleaseMAltStack(M* m) {
+  MAltStack* s = m_altstacks.load(std::memory_order_acquire);
+  while (s != nullptr && s->mem != m->altstack) s = s->next;
+  if (s == nullptr) Fatal("ReleaseMAltStack: the M's alternate stack is not the runtime's");
+  madvise(s->mem, s->size, MADV_DONTNEED);
+  altstack_free_lock.Lock();
+  s->free_link = altstack_free;
+  altstack_free = s;
+  altstack_free_lock.Unlock();
 }
 
 }  // namespace goro::internal

@@ -1786,6 +1786,87 @@ TEST(PreemptSafetyTest, AltStackSetByAGoroutineStaysWithItsThread) {
   EXPECT_CHILD_OK(OwnAltStackChild());
 }
 
+// The same save-set-restore, when the thread the old alternate stack was
+// saved on has ended before the restore. With one P, a goroutine saves its
+// M's alternate stack, sets one of its own and waits for a goroutine that
+// runs on the same M, wires itself with LockOSThread and exits wired, which
+// ends the thread (RetireMOnG0). The goroutine resumes on an M that was idle
+// and restores the stack it saved: the thread's alternate stack must then be
+// its M's, and a signal handled on it. Fails without a stack kept for the
+// next M: the ended thread's M had unmapped its stack, which then belonged
+// to no M, so the restore gave it to the kernel and the signal killed the
+// process with SIGSEGV.
+int IdleMs() {
+  absl::MutexLock lock(&goro::internal::sched.mu);
+  return goro::internal::sched.nmidle;
+}
+
+std::atomic<int> usr1_handled{0};
+void CountUsr1(int) { usr1_handled.fetch_add(1, std::memory_order_relaxed); }
+
+[[noreturn]] void AltStackOfAnEndedThreadChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "the alternate stack of a thread that ended");
+  struct sigaction sa{};
+  sa.sa_handler = CountUsr1;
+  sa.sa_flags = SA_ONSTACK;
+  sigaction(SIGUSR1, &sa, nullptr);
+  goro::Run(
+      [] {
+        // An idle M for the goroutine to resume on, whose alternate stack is
+        // not the one saved: a new M would get that one (the test would prove
+        // nothing). Goroutines blocking in marked regions lose the P to new Ms.
+        const bool idle = goro_test::Eventually([] {
+          goro::WaitGroup wg;
+          for (int i = 0; i < 2; ++i) {
+            wg.Add(1);
+            goro::Go([&wg] {
+              goro::Syscall([] { return usleep(20'000); });
+              wg.Done();
+            });
+          }
+          wg.Wait();
+          return IdleMs() > 0;
+        });
+        CHILD_CHECK(idle, "no idle M after goroutines blocked in marked regions");
+        const size_t size = 256 * 1024;
+        void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHILD_CHECK(mem != MAP_FAILED, "mmap: %s", strerror(errno));
+        goro::internal::M* first;
+        stack_t ss{}, old{};
+        ss.ss_sp = mem;
+        ss.ss_size = size;
+        {
+          goro::NoPreemptScope same_thread;
+          first = goro::internal::CurrentM();
+          CHILD_CHECK(sigaltstack(&ss, &old) == 0, "sigaltstack: %s", strerror(errno));
+        }
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&wg] {
+          goro::LockOSThread();
+          wg.Done();
+        });  // exits wired
+        wg.Wait();
+        goro::internal::M* now = goro::internal::CurrentM();
+        CHILD_CHECK(first->retiring, "the goroutine that exited wired ran on another M than the one saved on");
+        CHILD_CHECK(old.ss_sp == first->altstack && old.ss_sp != now->altstack,
+                    "the stack saved is not the ended M's, or it is the M's resumed on");
+        CHILD_CHECK(sigaltstack(&old, nullptr) == 0, "sigaltstack: %s", strerror(errno));
+        CHILD_CHECK(AltStackIsTheMs(), "the restore left another alternate stack than the M's (that of an ended M)");
+        munmap(mem, size);
+        raise(SIGUSR1);
+        // Under TSan the handler runs at the thread's next intercepted call.
+        CHILD_CHECK(goro_test::Eventually([] { return usr1_handled.load() == 1; }, absl::Seconds(10)),
+                    "SIGUSR1 was not handled");
+      },
+      Opts(1, absl::Milliseconds(10)));
+  ExitChild();
+}
+
+TEST(PreemptSafetyTest, AltStackOfAnEndedThreadIsNotRestored) {
+  EXPECT_CHILD_OK(AltStackOfAnEndedThreadChild());
+}
+
 // A signal handler of the program's that reaches a safe point (Checkpoint,
 // the end of a NoPreemptScope) while a preemption request is pending must
 // not be switched out: it would return (sigreturn) on another thread. Four
