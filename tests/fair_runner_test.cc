@@ -449,6 +449,29 @@ TEST(FairRunnerTest, PlotReplacesAnEarlierChartOnlyWithAWholeOne) {
   EXPECT_EQ(FilesIn(out), std::vector<std::string>{"fair.png"});
 }
 
+// A chart that could not be written after a threshold FAIL left status 2,
+// "bad usage or nothing measured", where a script looks for 1, "unfair".
+// The FAIL's 1 now stays; the chart's failure is still said on stderr. A
+// share ratio of 1 needs every goroutine to do exactly as many iterations.
+TEST(FairRunnerTest, AChartThatFailsKeepsAThresholdFailsStatus) {
+  TempDir d;
+  ASSERT_FALSE(d.path.empty());
+  {
+    std::ofstream f(d.path + "/gnuplot");
+    f << "#!/bin/sh\necho 'gnuplot: stand-in failure' >&2\nexit 1\n";
+  }
+  std::filesystem::permissions(d.path + "/gnuplot", std::filesystem::perms::owner_all);
+  const std::string chart = d.path + "/fair.png";
+  Output o =
+      RunFair(absl::StrFormat("--seconds=0.2 --goroutines=2 --sleeper=false --min_share_ratio=1 --plot=%s", chart),
+              absl::StrFormat("PATH='%s':\"$PATH\"", d.path));
+  EXPECT_EQ(o.exit_code, 1) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "\nFAIL: min/max share ")) << o.text;
+  EXPECT_TRUE(absl::StrContains(
+      o.text, absl::StrFormat("goro-fair: could not write --plot=%s: gnuplot failed (its message is above)\n", chart)))
+      << o.text;
+}
+
 // The mixed workload compared the iterations of the C++ spin loop with the
 // asm loop's, which ran 1.9 times as fast in one build (the C++ loop
 // straddled a 64-byte boundary): Jain 0.76-0.94 with equal turns, and the
