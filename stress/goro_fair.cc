@@ -828,12 +828,19 @@ int main(int argc, char** argv) {
   TurnStats ts;
   if (turn_stats) {
     ts = SummarizeTurns(workers, window_start, window_end);
-    // At most one goroutine holds a P at a time, so the turns can account for
-    // at most all of the Ps' time; the rest went to switches and sampling.
-    double accounted = ts.time.sum / (static_cast<double>(procs) * static_cast<double>(window_end - window_start));
+    // At most one goroutine holds a P at a time, and one goroutine at most
+    // one P, so the turns can account for at most all of the time of the Ps
+    // there are spinners for; the rest went to switches and sampling.
+    const int busy_ps = std::min(used.max_procs, ncpu);
+    double accounted = ts.time.sum / (static_cast<double>(busy_ps) * static_cast<double>(window_end - window_start));
     std::printf("Turns on a P (--turn_stats; each spinner reads the clock every 4096 iterations):\n");
-    std::printf("  turns per goroutine  %d to %d, accounting for %.1f%% of the Ps' time\n", ts.turns_min,
-                ts.turns_max, accounted * 100);
+    const std::string of_ps =
+        busy_ps == used.max_procs
+            ? std::string("the Ps' time")
+            : absl::StrFormat("%d P%s time (%d spinner%s, %d Ps)", busy_ps, busy_ps == 1 ? "'s" : "s'", ncpu,
+                              ncpu == 1 ? "" : "s", used.max_procs);
+    std::printf("  turns per goroutine  %d to %d, accounting for %.1f%% of %s\n", ts.turns_min, ts.turns_max,
+                accounted * 100, of_ps.c_str());
     std::printf("  turn length          p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", ts.len_p50, ts.len_p99, ts.len_max);
     std::printf("  iterations per us    p10 %.0f, p50 %.0f, p90 %.0f   (the CPU's speed from turn to turn)\n",
                 ts.rate_p10, ts.rate_p50, ts.rate_p90);

@@ -80,6 +80,24 @@ TEST(FairRunnerTest, TurnStatsAccountForThePsTime) {
   EXPECT_GE(jain, 0.95) << o.text;
 }
 
+// One spinner on four Ps holds at most one P at a time: its turns were put
+// against all four Ps' time, which capped the figure at 25% and read as
+// three quarters of the time lost to switches. Against one P's time they
+// account for nearly all of it (94-99.5% here; the bound leaves room for a
+// loaded machine, where a preempted spinner waits for a thread to run it).
+TEST(FairRunnerTest, TurnStatsAccountForTheTimeOfThePsTheSpinnersCanHold) {
+  Output o = RunFair("--turn_stats --sleeper=false --seconds=0.5 --goroutines=1 --procs=4");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  double accounted = -1;
+  size_t at = o.text.find("turns per goroutine");
+  ASSERT_NE(at, std::string::npos) << o.text;
+  ASSERT_EQ(sscanf(o.text.c_str() + at, "turns per goroutine %*d to %*d, accounting for %lf%%", &accounted), 1)
+      << o.text;
+  EXPECT_GE(accounted, 50.0) << o.text;
+  EXPECT_LE(accounted, 100.5) << o.text;
+  EXPECT_TRUE(absl::StrContains(o.text, "% of 1 P's time (1 spinner, 4 Ps)\n")) << o.text;
+}
+
 TEST(FairRunnerTest, TurnStatsNeedTheSpinWorkload) {
   Output o = RunFair("--turn_stats --workload=asm --seconds=0.1");
   EXPECT_EQ(o.exit_code, 2) << o.text;
