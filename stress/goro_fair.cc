@@ -83,8 +83,9 @@ ABSL_FLAG(double, min_share_ratio, 0, "exit with status 1 if min/max share is be
 ABSL_FLAG(double, max_p99_ms, 0,
           "exit with status 1 if the sleeper's p99 lateness is above this, or if it never woke (0: no limit)");
 ABSL_FLAG(std::string, plot, "",
-          "write a PNG chart of the CPU-bound goroutines' shares of the iterations and the sleeper's lateness CDF "
-          "here (needs gnuplot; a file already there is replaced only if it is a PNG, an earlier chart)");
+          "write a PNG chart of the CPU-bound goroutines' shares of the iterations and, unless --sleeper=false, the "
+          "sleeper's lateness CDF here (needs gnuplot; a file already there is replaced only if it is a PNG, an "
+          "earlier chart)");
 ABSL_FLAG(bool, json, false,
           "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
           "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window; "
@@ -462,9 +463,10 @@ std::string ExistingFileProblem(const std::string& target) {
 // or returns why it did not. gnuplot writes a temporary file beside the
 // target, renamed over it only once gnuplot has succeeded, so that a failure
 // leaves no half-written chart. A new chart gets `new_mode`, a replaced one
-// keeps the old one's permissions.
+// keeps the old one's permissions. Without a sleeper there is no lateness
+// panel; a sleeper that never woke has one that says so.
 std::string WritePlot(const std::string& path, mode_t new_mode, const std::vector<Worker>& ws,
-                      const std::vector<double>& shares, const std::vector<double>& lateness_ms,
+                      const std::vector<double>& shares, bool sleeper, const std::vector<double>& lateness_ms,
                       const std::string& title) {
   char dir[] = "/tmp/goro-fair-XXXXXX";
   if (mkdtemp(dir) == nullptr) return absl::StrCat("cannot make a directory in /tmp: ", std::strerror(errno));
@@ -492,21 +494,29 @@ std::string WritePlot(const std::string& path, mode_t new_mode, const std::vecto
     for (size_t i = 0; i < lateness_ms.size(); ++i) {
       f << lateness_ms[i] << " " << static_cast<double>(i + 1) / static_cast<double>(lateness_ms.size()) << "\n";
     }
-    if (lateness_ms.empty()) f << "0 0\n";
   }
   {
     std::ofstream f(d + "/plot.gp");
-    f << "set terminal png size 1200,500\n"
+    f << "set terminal png size " << (sleeper ? 1200 : 700) << ",500\n"
       << "set output " << GnuplotQuoted(out) << "\n"
-      << "set multiplot layout 1,2 title " << GnuplotQuoted(title) << "\n"
+      << "set multiplot layout 1," << (sleeper ? 2 : 1) << " title " << GnuplotQuoted(title) << "\n"
       << "set title 'Share of the iterations, per CPU-bound goroutine'\nset ylabel 'share of the iterations (%)'\n"
       << "set xlabel 'goroutine id'\n"
       << "set style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\nunset key\n"
-      << "plot '" << d << "/shares.dat' using 1:2:xtic(3) with boxes lc rgb '#4477aa'\n"
-      << "set title 'Sleeper wake-up lateness (CDF)'\nset ylabel 'fraction of wake-ups'\n"
-      << "set xlabel 'lateness (ms)'\nset yrange [0:1]\nset xtics auto\nset grid\n"
-      << "plot '" << d << "/lateness.dat' using 1:2 with steps lw 2 lc rgb '#aa3377'\n"
-      << "unset multiplot\n";
+      << "plot '" << d << "/shares.dat' using 1:2:xtic(3) with boxes lc rgb '#4477aa'\n";
+    if (sleeper) {
+      f << "set title 'Sleeper wake-up lateness (CDF)'\nset ylabel 'fraction of wake-ups'\n"
+        << "set xlabel 'lateness (ms)'\nset yrange [0:1]\nset xtics auto\nset grid\n";
+      if (lateness_ms.empty()) {
+        // No points: gnuplot would say "empty x range". An empty frame with
+        // the reason, and a curve above the y range, so nothing is drawn.
+        f << "set xrange [0:1]\nset label 1 'the sleeper never woke in the window' at graph 0.5,0.5 center\n"
+          << "plot 2\n";
+      } else {
+        f << "plot '" << d << "/lateness.dat' using 1:2 with steps lw 2 lc rgb '#aa3377'\n";
+      }
+    }
+    f << "unset multiplot\n";
   }
   // gnuplot's messages go to stderr, after the report already printed.
   std::fflush(stdout);
@@ -917,7 +927,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::string title = absl::StrFormat("goro-fair %s: %d goroutines on %d Ps, slice %s, Jain %.4f", workload, n,
                                         used.max_procs, absl::FormatDuration(used_slice), jain);
-    if (std::string problem = WritePlot(plot, plot_mode, workers, shares, lateness_ms, title); problem.empty()) {
+    if (std::string problem = WritePlot(plot, plot_mode, workers, shares, sleeper, lateness_ms, title);
+        problem.empty()) {
       std::printf("Chart written to %s\n", plot.c_str());
     } else {
       std::fprintf(stderr, "goro-fair: could not write --plot=%s: %s\n", plot.c_str(), problem.c_str());

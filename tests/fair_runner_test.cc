@@ -490,6 +490,48 @@ TEST(FairRunnerTest, AChartThatFailsKeepsAThresholdFailsStatus) {
       << o.text;
 }
 
+// Without a sleeper, or with one that never woke, the lateness panel had no
+// points: gnuplot said "empty x range" and drew an empty frame. There is now
+// no panel without a sleeper, and one that says the sleeper never woke. A
+// stand-in gnuplot keeps the script; the real one, if installed, must draw
+// the chart without a warning.
+TEST(FairRunnerTest, TheChartHasNoEmptyLatenessPanel) {
+  TempDir d;
+  ASSERT_FALSE(d.path.empty());
+  const std::string bin = d.path + "/bin";
+  ASSERT_TRUE(std::filesystem::create_directory(bin));
+  {
+    std::ofstream f(bin + "/gnuplot");
+    f << "#!/bin/sh\ncp \"$1\" '" << d.path << "/plot.gp'\n"
+      << "printf '\\211PNG\\r\\n\\032\\n' >\"$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\"\n";
+  }
+  std::filesystem::permissions(bin + "/gnuplot", std::filesystem::perms::owner_all);
+  const std::string stand_in = absl::StrFormat("PATH='%s':\"$PATH\"", bin);
+  const struct {
+    const char* args;
+    bool panel;
+  } cases[] = {
+      {"--sleeper=false --procs=1 --goroutines=2", false},
+      // The spinner keeps the only P: the sleeper never runs.
+      {"--async_preemption=false --procs=1 --goroutines=1", true},
+  };
+  for (const auto& c : cases) {
+    const std::string args = absl::StrFormat("%s --seconds=0.2 --plot=%s/fair.png", c.args, d.path);
+    Output o = RunFair(args, stand_in);
+    const std::string script = ReadFile(d.path + "/plot.gp");
+    ASSERT_EQ(o.exit_code, 0) << c.args << "\n" << o.text;
+    EXPECT_FALSE(absl::StrContains(script, "lateness.dat")) << c.args << "\n" << script;
+    EXPECT_EQ(absl::StrContains(script, "set multiplot layout 1,2 "), c.panel) << c.args << "\n" << script;
+    EXPECT_EQ(absl::StrContains(script, "'the sleeper never woke in the window'"), c.panel) << c.args << "\n" << script;
+    if (system("command -v gnuplot >/dev/null") == 0) {
+      o = RunFair(args);
+      EXPECT_EQ(o.exit_code, 0) << c.args << "\n" << o.text;
+      EXPECT_FALSE(absl::StrContains(o.text, "warning")) << c.args << "\n" << o.text;
+      EXPECT_TRUE(absl::StrContains(o.text, "Chart written to ")) << c.args << "\n" << o.text;
+    }
+  }
+}
+
 // The mixed workload compared the iterations of the C++ spin loop with the
 // asm loop's, which ran 1.9 times as fast in one build (the C++ loop
 // straddled a 64-byte boundary): Jain 0.76-0.94 with equal turns, and the
