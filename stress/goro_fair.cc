@@ -68,8 +68,8 @@
 
 ABSL_FLAG(int, procs, 2, "number of Ps (logical processors)");
 ABSL_FLAG(int, goroutines, 16,
-          "number of goroutines: all CPU-bound, except with --workload=mixed, where half are (the others sleep, "
-          "yield or use channels)");
+          "number of goroutines, at most 100000 (1000 with --workload=fib): all CPU-bound, except with "
+          "--workload=mixed, where half are (the others sleep, yield or use channels)");
 ABSL_FLAG(double, seconds, 3, "how long to measure");
 ABSL_FLAG(absl::Duration, time_slice, absl::Milliseconds(10),
           "time slice, e.g. 10ms or 200us (GORODEBUG=timeslice overrides it)");
@@ -305,6 +305,9 @@ double Percentile(const std::vector<double>& sorted, double q) {
   size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size()))) - 1;
   return sorted[std::min(i, sorted.size() - 1)];
 }
+
+// The most goroutines --workload=fib runs (main says why).
+constexpr int kMaxFibGoroutines = 1000;
 
 // How long the timer thread waits for the goroutines to start.
 constexpr absl::Duration kStartLimit = absl::Seconds(10);
@@ -648,6 +651,14 @@ int main(int argc, char** argv) {
   }
   if (workload != "spin" && workload != "asm" && workload != "mixed" && workload != "fib") {
     Usage(absl::StrFormat("--workload=%s: want spin, asm, mixed or fib", workload));
+  }
+  // Each fib goroutine keeps a fib(16) tree of goroutines going, about 0.8 MB
+  // of stacks in all (1000 of them: 785 MB), and the trees finish ever later
+  // as they share the Ps: 1000 goroutines need minutes for ten fib(16) each.
+  if (workload == "fib" && n > kMaxFibGoroutines) {
+    Usage(absl::StrFormat("--goroutines=%d: want 1 to %d with --workload=fib (each keeps a tree of goroutines, "
+                          "about 0.8 MB of stacks)",
+                          n, kMaxFibGoroutines));
   }
   if (interval < absl::Microseconds(10) || interval > absl::Seconds(1)) {
     Usage(absl::StrFormat("--sleep_interval=%s: want 10us to 1s", absl::FormatDuration(interval)));

@@ -125,7 +125,8 @@ TEST(FairRunnerTest, ReportsTheTimeSliceTheRuntimeUsed) {
 }
 
 // A threshold that can never be checked (negative, NaN, or a Jain index or
-// share ratio above 1) is a bad flag, not "no check".
+// share ratio above 1) is a bad flag, not "no check"; so is a count of fib
+// goroutines whose trees would not fit in memory.
 TEST(FairRunnerTest, BadThresholdsAreRejected) {
   const struct {
     const char* flag;
@@ -145,6 +146,12 @@ TEST(FairRunnerTest, BadThresholdsAreRejected) {
     EXPECT_EQ(o.exit_code, 2) << c.flag << "\n" << o.text;
     EXPECT_EQ(o.text, c.line) << c.flag;
   }
+  // 0.8 MB a fib goroutine: 100000 of them ran out of memory.
+  Output o = RunFair("--workload=fib --goroutines=1001 --seconds=0.1");
+  EXPECT_EQ(o.exit_code, 2) << o.text;
+  EXPECT_EQ(o.text,
+            "goro-fair: --goroutines=1001: want 1 to 1000 with --workload=fib (each keeps a tree of goroutines, about "
+            "0.8 MB of stacks)\n");
 }
 
 // --help lists goro-fair's flags and exits 0 (Abseil lists only the flags
