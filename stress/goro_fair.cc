@@ -834,16 +834,38 @@ int main(int argc, char** argv) {
               total > 0 ? spread.min / total * 100 : 0.0, total > 0 ? spread.max / total * 100 : 0.0);
   std::printf("  throughput        %.4g iterations/s over %.3f s\n", total / absl::ToDoubleSeconds(window),
               absl::ToDoubleSeconds(window));
-  // With more spinners than Ps each gets a turn per round; a window of a few
-  // rounds cuts the last one short for some, and the shares show where.
-  const int per_p = (ncpu + used.max_procs - 1) / used.max_procs;
-  if (workload != "fib" && used_async && per_p > 1 && used_slice < absl::InfiniteDuration()) {
-    const absl::Duration round = per_p * used_slice;
-    if (window < 4 * round) {
-      std::printf("  (the window holds %.1f rounds of turns, %d goroutines a P at %s each: too few for the shares "
-                  "to mean much; use --seconds=%.2g or more)\n",
-                  absl::FDivDuration(window, round), per_p, absl::FormatDuration(used_slice).c_str(),
-                  std::ceil(absl::ToDoubleSeconds(10 * round) * 100) / 100);
+  // Shares are counted in whole turns (spinners) or whole fib(16) trees
+  // (fib), so a window that holds few of them cuts the last one short for
+  // some goroutines, and the shares show where: say so below ten. Counted
+  // from what the window held, not from the slice: in mixed the other roles
+  // take some of the Ps' time, and a slice that ends late or a machine that
+  // is busy elsewhere makes fewer turns. A spinner's turn ends in a
+  // preemption when there are more CPU-bound goroutines than Ps; without
+  // async preemption there are no turns, only starvation, which the shares
+  // show as it is.
+  constexpr double kFewestTurns = 10;
+  const uint64_t window_preemptions = (st1.async_preemptions - st0.async_preemptions) +
+                                      (st1.cooperative_preemptions - st0.cooperative_preemptions);
+  // How long a window would hold twice kFewestTurns, at `per_s` of them a second.
+  auto longer = [&](double per_s) {
+    if (!(per_s > 0)) return std::string("a longer --seconds");
+    const double need = 2 * kFewestTurns / per_s;
+    if (!(need <= 3600)) return std::string("fewer --goroutines, as --seconds=3600 is too short");
+    return absl::StrFormat("--seconds=%g or more", need >= 10 ? std::ceil(need) : std::ceil(need * 10) / 10);
+  };
+  const double window_s = absl::ToDoubleSeconds(window);
+  if (workload == "fib" && spread.min < kFewestTurns) {
+    // The fewest finished can be 0: the mean rate then gives a lower bound.
+    const double per_s = (spread.min > 0 ? spread.min : total / ncpu) / window_s;
+    std::printf("  (the goroutine that finished fewest fib(16) trees in the window finished %.0f: too few for "
+                "Jain's index and the shares to mean anything; use %s)\n",
+                spread.min, longer(per_s).c_str());
+  } else if (workload != "fib" && used_async && ncpu > used.max_procs) {
+    const double turns = static_cast<double>(window_preemptions) / ncpu;
+    if (turns < kFewestTurns) {
+      std::printf("  (the window holds %.1f turns on a P per CPU-bound goroutine, %llu preemptions for %d "
+                  "goroutines: too few for Jain's index and the shares to mean anything; use %s)\n",
+                  turns, static_cast<unsigned long long>(window_preemptions), ncpu, longer(turns / window_s).c_str());
     }
   }
   TurnStats ts;

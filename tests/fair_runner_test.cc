@@ -223,15 +223,73 @@ TEST(FairRunnerTest, AWindowTooShortForTheTurnsOrTheSleepSaysSo) {
   // Rounds of turns exist only where the signal ends them (not in a TSan
   // build, where async preemption is off: the sleeper's half still holds).
   if (absl::StrContains(o.text, "time_slice=50ms async_preemption=on\n")) {  // the header line
-    EXPECT_TRUE(absl::StrContains(o.text, "rounds of turns, 4 goroutines a P at 50ms each: too few for the shares "
-                                          "to mean much; use --seconds=2 or more)"))
+    EXPECT_TRUE(absl::StrContains(o.text, " turns on a P per CPU-bound goroutine, ")) << o.text;
+    EXPECT_TRUE(absl::StrContains(o.text, " for 4 goroutines: too few for Jain's index and the shares to mean "
+                                          "anything; use "))
         << o.text;
   } else {
-    EXPECT_FALSE(absl::StrContains(o.text, "rounds of turns")) << o.text;
+    EXPECT_FALSE(absl::StrContains(o.text, "turns on a P")) << o.text;
   }
   EXPECT_TRUE(absl::StrContains(
       o.text, "Sleeper (sleeps 1s): never woke in the measured window (the window is no longer than one sleep)"))
       << o.text;
+}
+
+// The warning counted rounds from the nominal slice: four spinners on one P
+// at 10 ms for 0.2 s made 5 rounds, enough, though each goroutine had only
+// 5 turns (fewer on a busy machine) and one turn more or less is 20% of a
+// share. It now counts the turns the window held, from its preemptions, and
+// speaks below ten.
+TEST(FairRunnerTest, TooFewTurnsInTheWindowAreCountedFromItsPreemptions) {
+  SKIP_WITHOUT_ASYNC_PREEMPTION();  // only the signal ends a spinner's turn
+  Output o = RunFair("--json --procs=1 --goroutines=4 --time_slice=10ms --seconds=0.2 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  const long long preemptions =
+      JsonInt(o.text, "window_async_preemptions") + JsonInt(o.text, "window_cooperative_preemptions");
+  ASSERT_LT(preemptions, 40) << o.text;  // at most 21 turns of 10 ms in 0.2 s
+  EXPECT_TRUE(absl::StrContains(
+      o.text, absl::StrFormat("  (the window holds %.1f turns on a P per CPU-bound goroutine, %d preemptions for 4 "
+                              "goroutines: too few for Jain's index and the shares to mean anything; use ",
+                              static_cast<double>(preemptions) / 4, preemptions)))
+      << o.text;
+  // 1 ms slices: about 250 turns each, over 75 on a busy machine.
+  o = RunFair("--procs=1 --goroutines=2 --time_slice=1ms --seconds=0.5 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_FALSE(absl::StrContains(o.text, "too few")) << o.text;
+}
+
+// The number in the fib table's iterations column for each row.
+std::vector<unsigned long long> FibCompletions(const std::string& text) {
+  std::vector<unsigned long long> done;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    long long id = 0;
+    unsigned long long n = 0;
+    if (sscanf(std::string(line).c_str(), " %lld fib %llu", &id, &n) == 2) done.push_back(n);
+  }
+  return done;
+}
+
+// fib's shares are counted in whole fib(16) trees, and the warning about too
+// few turns never spoke for it: 128 goroutines that finished 0-2 trees each
+// in the window gave a Jain index with no word that it meant nothing. It now
+// speaks when the goroutine that finished fewest finished fewer than ten.
+// Thirty-two trees on one P for 0.3 s finish about 7 each here (the fewest
+// 5); a faster machine may finish ten, and then there must be no warning.
+TEST(FairRunnerTest, FibSaysWhenItsGoroutinesFinishedTooFewTrees) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: thirty-two fib(16) trees keep more goroutines alive than TSan's 8128 "
+                    "fibers";
+  }
+  Output o = RunFair("--workload=fib --procs=1 --goroutines=32 --seconds=0.3 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  std::vector<unsigned long long> done = FibCompletions(o.text);
+  ASSERT_EQ(done.size(), 32u) << o.text;
+  const unsigned long long fewest = *std::min_element(done.begin(), done.end());
+  const std::string warning =
+      absl::StrFormat("  (the goroutine that finished fewest fib(16) trees in the window finished %d: too few for "
+                      "Jain's index and the shares to mean anything; use ",
+                      fewest);
+  EXPECT_EQ(absl::StrContains(o.text, warning), fewest < 10) << o.text;
 }
 
 // One row of the per-goroutine table.
