@@ -10,6 +10,11 @@
 #
 # Thresholds are for a noisy 2-core machine: they catch a broken scheduler, not
 # a slow neighbour. The figures themselves are printed for the record.
+#
+# A run still going GORO_MATRIX_SLACK (default 30) seconds after its --seconds
+# is hung (a lost wake-up, say): it gets SIGQUIT, on which goro prints every
+# goroutine's stack and exits (SIGKILL 10 s later if it does not), and fails
+# with its configuration named and that dump shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOAK_MINUTES=0
@@ -27,6 +32,11 @@ fi
 if ! [[ $SECONDS_PER_RUN =~ ^[0-9]*\.?[0-9]+$ && $SECONDS_PER_RUN =~ [1-9] ]]; then
   echo "matrix.sh: --seconds '$SECONDS_PER_RUN': want a number of seconds above 0" >&2; exit 2
 fi
+SLACK=${GORO_MATRIX_SLACK:-30}
+if ! [[ $SLACK =~ ^[0-9]+$ && $SLACK -gt 0 ]]; then
+  echo "matrix.sh: GORO_MATRIX_SLACK='$SLACK': want a whole number of seconds above 0" >&2; exit 2
+fi
+RUN_LIMIT=$(python3 -c "print($SECONDS_PER_RUN + $SLACK)")
 FAIR=${GORO_FAIR:-}
 if [[ -z $FAIR ]]; then
   source scripts/deps.sh
@@ -36,33 +46,68 @@ if [[ -z $FAIR ]]; then
 fi
 
 failures=0
-json() { sed -n 's/^\({.*}\)$/\1/p'; }
-field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+# python3 -c "$CHECK_PY" LABEL MIN_JAIN MAX_P99_MS JSON: prints a run's row
+# and then its throughput on a line of its own; exits 1 if the run fails a
+# threshold, 2 if JSON is not goro-fair's line. No sleeper, or one that never
+# woke, has no p99 (null): no figure, and it fails any limit (the p99 is
+# compared only after a wake-up).
+CHECK_PY='
+import json, sys
+label, min_jain, max_p99 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+try:
+    j = json.loads(sys.argv[4])
+    p99 = j["p99_ms"]
+    j["jain"], j["wakeups"], j["throughput"]
+except (ValueError, KeyError, TypeError):
+    sys.exit(2)
+ok = j["jain"] >= min_jain and (max_p99 == 0 or (j["wakeups"] > 0 and p99 <= max_p99))
+print("%-4s %-38s jain %.5f (>= %s)  p99 %8s ms (<= %s)  %.4g it/s" % (
+    "ok" if ok else "FAIL", label, j["jain"], sys.argv[2], "-" if p99 is None else "%.3f" % p99, sys.argv[3],
+    j["throughput"]))
+print(j["throughput"])
+sys.exit(0 if ok else 1)
+'
+
+# show_dump OUTPUT: a hung run's output, indented; a long one (a fib run has
+# thousands of goroutines) is cut after 200 lines and kept whole in a file.
+show_dump() {
+  if [[ -z $1 ]]; then echo "    (none)"; return; fi
+  local lines; lines=$(printf '%s\n' "$1" | wc -l)
+  if ((lines <= 200)); then printf '%s\n' "$1" | sed 's/^/    /'; return; fi
+  local file; file=$(mktemp "${TMPDIR:-/tmp}/goro-matrix-hung-XXXXXX.txt")
+  printf '%s\n' "$1" >"$file"
+  printf '%s\n' "$1" | head -n 200 | sed 's/^/    /'
+  echo "    ... $((lines - 200)) more lines; all $lines are in $file"
+}
 
 run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
   local label=$1 min_jain=$2 max_p99=$3; shift 3
   LAST_THROUGHPUT=  # set only by a run that succeeds
-  local out
-  if ! out=$("$FAIR" --seconds="$SECONDS_PER_RUN" --json "$@" 2>&1); then
-    echo "FAIL $label: goro-fair exited non-zero"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  local out status=0
+  out=$(timeout -s QUIT -k 10 "$RUN_LIMIT" "$FAIR" --seconds="$SECONDS_PER_RUN" --json "$@" 2>&1) || status=$?
+  if ((status == 124)); then  # timeout's status once it has sent SIGQUIT
+    echo "FAIL $label: hung: still running ${RUN_LIMIT}s after it started (--seconds=$SECONDS_PER_RUN), so it was sent SIGQUIT; its output and goroutine dump:"
+    show_dump "$out"; failures=$((failures + 1)); return
   fi
-  local j; j=$(echo "$out" | json)
-  local jain p99 wakeups thr
-  jain=$(echo "$j" | field jain); p99=$(echo "$j" | field p99_ms); thr=$(echo "$j" | field throughput)
-  wakeups=$(echo "$j" | field wakeups)
-  local verdict=ok
-  # No sleeper, or one that never woke, has no p99 (null, None here): no
-  # figure, and it fails any limit (the p99 is compared only after a wake-up).
-  if python3 -c "import sys; sys.exit(0 if $jain >= $min_jain and ($max_p99 == 0 or ($wakeups > 0 and $p99 <= $max_p99)) else 1)"; then :; else
-    verdict=FAIL; failures=$((failures + 1))
+  if ((status == 137)); then  # SIGKILL: timeout's 10 s after SIGQUIT, or the OOM killer
+    echo "FAIL $label: killed by SIGKILL (hung and still running 10 s after SIGQUIT, or out of memory); its output:"
+    show_dump "$out"; failures=$((failures + 1)); return
   fi
-  local p99_text=-
-  [[ $p99 == None ]] || p99_text=$(printf '%.3f' "$p99")
-  printf '%-4s %-38s jain %.5f (>= %s)  p99 %8s ms (<= %s)  %.4g it/s\n' "$verdict" "$label" "$jain" "$min_jain" "$p99_text" "$max_p99" "$thr"
-  LAST_THROUGHPUT=$thr
+  if ((status != 0)); then
+    echo "FAIL $label: goro-fair exited with status $status"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  local j result verdict=0
+  j=$(printf '%s\n' "$out" | sed -n 's/^\({.*}\)$/\1/p')
+  result=$(python3 -c "$CHECK_PY" "$label" "$min_jain" "$max_p99" "$j") || verdict=$?
+  if ((verdict > 1)); then
+    echo "FAIL $label: no JSON line it could read in its output:"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  echo "${result%$'\n'*}"
+  ((verdict == 0)) || failures=$((failures + 1))
+  LAST_THROUGHPUT=${result##*$'\n'}
 }
 
-echo "goro stress matrix: $(nproc) cores, ${SECONDS_PER_RUN}s per run, $FAIR"
+echo "goro stress matrix: $(nproc) cores, ${SECONDS_PER_RUN}s per run (hung after ${RUN_LIMIT}s), $FAIR"
 for procs in 1 2; do
   for slice in 10ms 1ms 200us; do
     slice_ms=$(python3 -c "s='$slice'; print(float(s[:-2]) if s.endswith('ms') else float(s[:-2])/1000)")
