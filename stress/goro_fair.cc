@@ -89,6 +89,7 @@ ABSL_FLAG(std::string, plot, "",
 ABSL_FLAG(bool, json, false,
           "also print the summary as one JSON line (async_preemptions, cooperative_preemptions and signals count "
           "the whole run, window_async_preemptions, window_cooperative_preemptions and window_signals the window; "
+          "window_s is the window's length and window_cpu_s the CPU time the whole process used in it; "
           "p50_ms, p99_ms and max_ms are null when the sleeper never woke or there is none)");
 ABSL_FLAG(int, table_rows, 32, "print at most this many goroutine rows");
 ABSL_FLAG(bool, turn_stats, false,
@@ -139,6 +140,13 @@ struct alignas(128) Worker {
 int64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// CPU time of the whole process (every thread), ns.
+int64_t ProcessCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
@@ -697,6 +705,7 @@ int main(int argc, char** argv) {
   std::vector<double> lateness_ms;
   std::vector<uint64_t> c0(n), c1(n);
   int64_t window_start = 0, window_end = 0;  // MonotonicNs
+  int64_t cpu_start = 0, cpu_end = 0;        // ProcessCpuNs at the same moments
   goro::Stats st0, st1;                      // at the window's start and end
   uint64_t sleeper_preemptions = 0;
   const int want_started = n + (sleeper ? 1 : 0);
@@ -712,11 +721,13 @@ int main(int argc, char** argv) {
       for (int i = 0; i < n; ++i) c0[i] = LoadCount(&workers[i].count);
       st0 = goro::GetStats();
       window_start = MonotonicNs();
+      cpu_start = ProcessCpuNs();
       shared.measuring.store(true);
       absl::SleepFor(absl::Seconds(seconds));
       for (int i = 0; i < n; ++i) c1[i] = LoadCount(&workers[i].count);
       st1 = goro::GetStats();
       window_end = MonotonicNs();
+      cpu_end = ProcessCpuNs();
       shared.measuring.store(false);
     }
     shared.stop_byte = 1;
@@ -921,7 +932,8 @@ int main(int argc, char** argv) {
         "{\"workload\":\"%s\",\"procs\":%d,\"goroutines\":%d,\"time_slice_us\":%lld,\"async\":%s,"
         "\"jain\":%.6f,\"min_max\":%.6f,\"throughput\":%.6g,\"p50_ms\":%s,\"p99_ms\":%s,\"max_ms\":%s,"
         "\"wakeups\":%zu,\"async_preemptions\":%llu,\"cooperative_preemptions\":%llu,\"signals\":%llu,"
-        "\"window_async_preemptions\":%llu,\"window_cooperative_preemptions\":%llu,\"window_signals\":%llu%s}\n",
+        "\"window_async_preemptions\":%llu,\"window_cooperative_preemptions\":%llu,\"window_signals\":%llu,"
+        "\"window_s\":%.6f,\"window_cpu_s\":%.6f%s}\n",
         workload.c_str(), used.max_procs, n, static_cast<long long>(absl::ToInt64Microseconds(used_slice)),
         used_async ? "true" : "false", jain, ratio, total / absl::ToDoubleSeconds(window), ms(p50).c_str(),
         ms(p99).c_str(), ms(lmax).c_str(), lateness_ms.size(), static_cast<unsigned long long>(st.async_preemptions),
@@ -929,7 +941,8 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(st.preempt_signals_sent),
         static_cast<unsigned long long>(st1.async_preemptions - st0.async_preemptions),
         static_cast<unsigned long long>(st1.cooperative_preemptions - st0.cooperative_preemptions),
-        static_cast<unsigned long long>(st1.preempt_signals_sent - st0.preempt_signals_sent),
+        static_cast<unsigned long long>(st1.preempt_signals_sent - st0.preempt_signals_sent), window_s,
+        static_cast<double>(cpu_end - cpu_start) / 1e9,
         turn_stats ? absl::StrFormat(",\"time_jain\":%.6f,\"time_min_max\":%.6f,\"turn_p50_ms\":%.4f,"
                                      "\"turn_p99_ms\":%.4f,\"rate_p10\":%.1f,\"rate_p50\":%.1f,\"rate_p90\":%.1f",
                                      ts.time.jain, ts.time.ratio, ts.len_p50, ts.len_p99, ts.rate_p10, ts.rate_p50,

@@ -9,7 +9,10 @@
 #   GORO_FAIR=path/to/goro-fair bash stress/matrix.sh
 #
 # Thresholds are for a noisy 2-core machine: they catch a broken scheduler, not
-# a slow neighbour. The figures themselves are printed for the record.
+# a slow neighbour. The figures themselves are printed for the record. Each
+# run also fails if it ran with another time slice or async preemption
+# setting than it asked for, or if spinners were preempted far less often
+# than their slices end (CHECK_PY below says how).
 #
 # A run still going GORO_MATRIX_SLACK (default 30) seconds after its --seconds
 # is hung (a lost wake-up, say): it gets SIGQUIT, on which goro prints every
@@ -46,26 +49,66 @@ if [[ -z $FAIR ]]; then
 fi
 
 failures=0
-# python3 -c "$CHECK_PY" LABEL MIN_JAIN MAX_P99_MS JSON: prints a run's row
-# and then its throughput on a line of its own; exits 1 if the run fails a
-# threshold, 2 if JSON is not goro-fair's line. No sleeper, or one that never
-# woke, has no p99 (null): no figure, and it fails any limit (the p99 is
-# compared only after a wake-up).
+# python3 -c "$CHECK_PY" LABEL MIN_JAIN MAX_P99_MS JSON ARGS...: checks a run
+# against what its goro-fair ARGS asked for, prints its row (and a line for
+# each check it failed), then its iterations per CPU-second on a line of its
+# own; exits 1 if the run failed a check, 2 if JSON is not goro-fair's line.
+#  - Jain's index at least MIN_JAIN; the sleeper's p99 at most MAX_P99_MS (0:
+#    no limit). No sleeper, or one that never woke, has no p99 (null): it
+#    fails any limit.
+#  - The time slice and async preemption in effect are the ones asked for
+#    (GORODEBUG=timeslice overrides --time_slice: every row would measure its
+#    slice, whatever its label says).
+#  - spin and asm with more goroutines than Ps and async preemption on: each
+#    slice ends in a preemption, so the window holds at least a quarter of
+#    (CPU-seconds the process got in it / slice) of them, counting no more
+#    CPU than the Ps could use (a sysmon that ignored 200 us slices for 10 ms
+#    ones makes 2%; a correct one here 70-280%, since slices are timed on the
+#    wall clock and a thread the OS deschedules still has its slice end). Not
+#    mixed, whose sleepers, yielders and channels take a share of the Ps
+#    that varies, nor fib, whose goroutines are too short-lived to be
+#    preempted.
 CHECK_PY='
 import json, sys
 label, min_jain, max_p99 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 try:
     j = json.loads(sys.argv[4])
     p99 = j["p99_ms"]
-    j["jain"], j["wakeups"], j["throughput"]
+    window_s, cpu_s = j["window_s"], j["window_cpu_s"]
+    preemptions = j["window_async_preemptions"] + j["window_cooperative_preemptions"]
+    j["jain"], j["wakeups"], j["throughput"], j["time_slice_us"], j["async"]
 except (ValueError, KeyError, TypeError):
     sys.exit(2)
-ok = j["jain"] >= min_jain and (max_p99 == 0 or (j["wakeups"] > 0 and p99 <= max_p99))
-print("%-4s %-38s jain %.5f (>= %s)  p99 %8s ms (<= %s)  %.4g it/s" % (
-    "ok" if ok else "FAIL", label, j["jain"], sys.argv[2], "-" if p99 is None else "%.3f" % p99, sys.argv[3],
-    j["throughput"]))
-print(j["throughput"])
-sys.exit(0 if ok else 1)
+asked = {"time_slice": "10ms", "async_preemption": "true", "workload": "spin", "procs": "2", "goroutines": "16"}
+for a in sys.argv[5:]:
+    k, _, v = a[2:].partition("=")
+    asked[k] = v
+s = asked["time_slice"]
+slice_us = float(s[:-2]) * 1000 if s.endswith("ms") else float(s[:-2])
+want_async = asked["async_preemption"] == "true"
+procs, n = int(asked["procs"]), int(asked["goroutines"])
+problems = []
+if j["jain"] < min_jain:
+    problems.append("Jain %.5f below %s" % (j["jain"], sys.argv[2]))
+if max_p99 > 0 and not (j["wakeups"] > 0 and p99 <= max_p99):
+    problems.append("sleeper p99 above %s ms, or it never woke" % sys.argv[3])
+if j["time_slice_us"] != slice_us or j["async"] != want_async:
+    problems.append("ran with time_slice_us=%d async=%s, not the %s, async=%s asked for (GORODEBUG?)" % (
+        j["time_slice_us"], str(j["async"]).lower(), s, str(want_async).lower()))
+slices = " " * 24  # the column is blank where not checked
+if asked["workload"] in ("spin", "asm") and want_async and n > procs:
+    expected = min(cpu_s, window_s * procs) / (slice_us * 1e-6)
+    slices = "preempted %4s of slices" % ("%.0f%%" % (100 * preemptions / expected) if expected > 0 else "-")
+    if preemptions < 0.25 * expected:
+        problems.append("%d preemptions in the window, under a quarter of the %.0f slices its %.2f CPU-seconds hold" % (
+            preemptions, expected, cpu_s))
+print("%-4s %-38s jain %.5f (>= %s)  p99 %8s ms (<= %s)  %s  %.4g it/s" % (
+    "FAIL" if problems else "ok", label, j["jain"], sys.argv[2], "-" if p99 is None else "%.3f" % p99, sys.argv[3],
+    slices, j["throughput"]))
+for p in problems:
+    print("       " + p)
+print(j["throughput"] * window_s / cpu_s if cpu_s > 0 else 0)
+sys.exit(1 if problems else 0)
 '
 
 # show_dump OUTPUT: a hung run's output, indented; a long one (a fib run has
@@ -82,7 +125,7 @@ show_dump() {
 
 run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
   local label=$1 min_jain=$2 max_p99=$3; shift 3
-  LAST_THROUGHPUT=  # set only by a run that succeeds
+  LAST_PER_CPU=  # iterations per CPU-second; set only once the JSON line was read
   local out status=0
   out=$(timeout -s QUIT -k 10 "$RUN_LIMIT" "$FAIR" --seconds="$SECONDS_PER_RUN" --json "$@" 2>&1) || status=$?
   if ((status == 124)); then  # timeout's status once it has sent SIGQUIT
@@ -98,13 +141,13 @@ run() {  # run LABEL MIN_JAIN MAX_P99_MS ARGS...
   fi
   local j result verdict=0
   j=$(printf '%s\n' "$out" | sed -n 's/^\({.*}\)$/\1/p')
-  result=$(python3 -c "$CHECK_PY" "$label" "$min_jain" "$max_p99" "$j") || verdict=$?
+  result=$(python3 -c "$CHECK_PY" "$label" "$min_jain" "$max_p99" "$j" "$@") || verdict=$?
   if ((verdict > 1)); then
     echo "FAIL $label: no JSON line it could read in its output:"; echo "$out" | tail -5; failures=$((failures + 1)); return
   fi
   echo "${result%$'\n'*}"
   ((verdict == 0)) || failures=$((failures + 1))
-  LAST_THROUGHPUT=${result##*$'\n'}
+  LAST_PER_CPU=${result##*$'\n'}
 }
 
 echo "goro stress matrix: $(nproc) cores, ${SECONDS_PER_RUN}s per run (hung after ${RUN_LIMIT}s), $FAIR"
@@ -121,16 +164,21 @@ for procs in 1 2; do
   done
 done
 
-echo "Throughput cost of preemption (spinners, 1 P, async on vs off at the same slice):"
+# Per CPU-second of the whole process (goro-fair's window_cpu_s), as
+# bench/fair_compare.sh does per CPU-second of the goroutines' threads: on
+# this shared machine the wall-clock rate mostly measures how much CPU other
+# work left the run. The process's CPU includes sysmon's, so the cost of
+# sending the signals counts as well as that of taking them.
+echo "Throughput cost of preemption (spinners, 1 P, async on vs off at the same slice, iterations per CPU-second):"
 for slice in 10ms 1ms 200us; do
   run "spin on  slice=$slice" 0 0 --procs=1 --time_slice=$slice --workload=spin --goroutines=4 --sleeper=false
-  on=$LAST_THROUGHPUT
+  on=$LAST_PER_CPU
   run "spin off slice=$slice" 0 0 --procs=1 --time_slice=$slice --workload=spin --goroutines=4 --sleeper=false --async_preemption=false
-  off=$LAST_THROUGHPUT
+  off=$LAST_PER_CPU
   if [[ -n $on && -n $off ]]; then
-    python3 -c "print('     slice=$slice: throughput with preemption / without = %.4f' % ($on / $off))"
+    python3 -c "print('     slice=$slice: iterations per CPU-second with preemption / without = %.4f (%.4g / %.4g)' % ($on / $off, $on, $off))"
   else
-    echo "     slice=$slice: no throughput ratio (a run failed)"
+    echo "     slice=$slice: no ratio (a run failed)"
   fi
 done
 

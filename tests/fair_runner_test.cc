@@ -51,6 +51,14 @@ long long JsonInt(const std::string& text, const std::string& key) {
   return v;
 }
 
+// The number after `key` in `text` (a JSON field), or -1.
+double JsonDouble(const std::string& text, const std::string& key) {
+  size_t at = text.find("\"" + key + "\":");
+  double v = -1;
+  if (at == std::string::npos || sscanf(text.c_str() + at + key.size() + 3, "%lf", &v) != 1) return -1;
+  return v;
+}
+
 // Four spinners on 2 Ps for a second, 10 ms slices: each gets its turns (about
 // 50) and a fair share of the Ps' time, and the turns account for nearly all of
 // that time but never more (at most one goroutine holds a P at a time; a turn
@@ -397,6 +405,21 @@ TEST(FairRunnerTest, PreemptionsInTheWindowAreCountedApartFromTheWholeRun) {
       << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, absl::StrFormat("\n  in the whole run: %d async (signal), ", whole))) << o.text;
   EXPECT_TRUE(absl::StrContains(o.text, "  share  preemptions (whole run)\n")) << o.text;
+}
+
+// --json gives the window's length and the CPU time the process used in it,
+// so that a script can put throughput and preemptions per CPU-second (the
+// stress matrix does): on a shared machine the wall clock mostly measures
+// what other work left the run. One spinner on one P uses at most about one
+// CPU, plus sysmon's and the timer thread's little.
+TEST(FairRunnerTest, JsonGivesTheWindowAndTheCpuTimeUsedInIt) {
+  Output o = RunFair("--json --procs=1 --goroutines=1 --seconds=0.3 --sleeper=false");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  const double window = JsonDouble(o.text, "window_s"), cpu = JsonDouble(o.text, "window_cpu_s");
+  EXPECT_GE(window, 0.3) << o.text;
+  EXPECT_LT(window, 1.0) << o.text;
+  EXPECT_GT(cpu, 0) << o.text;
+  EXPECT_LT(cpu, 1.5 * window) << o.text;
 }
 
 // A fib goroutine only waits for its fib(16) trees, so its own preemption
