@@ -1088,8 +1088,14 @@ void PrepareToRun(M* m, G* g, bool inherit) {
     arch::MakeContext(&g->ctx, reinterpret_cast<void*>(g->stack.hi), GoroutineMain, g);
     SanFiberCreate(&g->san, g->stack.lo, g->stack.hi);
   }
-  // Any preemption request was for an earlier slice.
-  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+  // Any preemption request was for an earlier slice - unless g inherits the
+  // slice sysmon asked to end, from a goroutine that parked before it took
+  // the request (a pair ping-ponging on a channel spends most of its time in
+  // runtime code, where the signal is refused, and would otherwise keep the
+  // slice until some later request happened to land between two operations).
+  const bool asked = inherit && p->slice_asked.load(std::memory_order_relaxed) ==
+                                    (kSliceAsked | p->schedtick.load(std::memory_order_relaxed));
+  g->stackguard0.store(asked ? kStackPreempt : g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   m->in_switch.store(true, std::memory_order_relaxed);
   __atomic_store_n(&m->curg, g, __ATOMIC_RELEASE);

@@ -360,6 +360,9 @@ struct P {
   // slice_start_tsc is stamped; sysmon reads both to time slices.
   std::atomic<uint32_t> schedtick{0};
   std::atomic<uint64_t> slice_start_tsc{0};
+  // The slice sysmon last asked to end (PreemptOne): kSliceAsked | its tick.
+  // A goroutine that inherits that slice inherits the request (PrepareToRun).
+  std::atomic<uint64_t> slice_asked{0};
   // The goroutine that last ran here was preempted: the slice is spent, so
   // the next one starts a new slice even if it comes from runnext.
   bool slice_spent = false;
@@ -394,6 +397,8 @@ struct P {
 
 // How soon sysmon looks again after asking a goroutine to yield.
 inline constexpr int64_t kSysmonRecheckNs = 50 * 1000;
+// P::slice_asked's mark that the tick beside it was asked to end.
+inline constexpr uint64_t kSliceAsked = uint64_t{1} << 32;
 
 // Whether a P's earliest timer (its timer0_when, 0 for none) is due at `now`
 // or within one sysmon tick (kSysmonRecheckNs) of it: a goroutine waits to

@@ -724,6 +724,7 @@ bool PreemptOne(P* p, uint32_t tick, int64_t cpu_ns, int64_t cpu_wall) {
   // this check can only see the request land on a goroutine that is no longer
   // running; Execute clears it, and the handler finds no request on the new one.)
   if (p->schedtick.load(std::memory_order_acquire) != tick) return false;
+  p->slice_asked.store(kSliceAsked | tick, std::memory_order_relaxed);
   g->stackguard0.store(kStackPreempt, std::memory_order_release);
   uint32_t word;
   if (sched.async_preemption && BeginPreemptSignal(m, Nanotime(), &word)) {

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -271,6 +272,50 @@ void HogLoop(const std::atomic<bool>& stop, std::atomic<int>& turns_started, OnT
           "gaps of 0..%d+ turns:%s\n",
           short_gaps.load(), gaps.load(), kShortGap, kHogs, histogram.c_str());
   _exit(short_gaps.load() * 100 <= gaps.load() * 3 ? 0 : 21);
+}
+
+// A request stays with its slice: a goroutine that inherits a slice sysmon
+// asked to end - its goroutine parked before it took the request, as one of
+// a pair ping-ponging on a channel usually does, being in runtime code most
+// of the time - is preempted at its first safe point. White-box, on 1 P with
+// 1 s slices (sysmon asks nothing itself): the main goroutine marks its slice
+// asked, as PreemptOne does, readies a receiver (runnext) and parks; the
+// receiver inherits the slice. Fails if the switch wipes the request: the
+// receiver ran on unpreempted (a pair kept its slice until a later request
+// happened to land between two of its operations).
+[[noreturn]] void InheritedRequestChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "a goroutine inheriting an asked slice");
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  opts.time_slice = absl::Seconds(1);
+  static uint64_t preemptions_before = 0;
+  static bool receiver_preempted = false;
+  goro::Run(
+      [] {
+        goro::Chan<int> ch, done;
+        goro::Go([&] {
+          ch.Recv();
+          goro::Checkpoint();
+          receiver_preempted = goro::CurrentGoroutinePreemptions() > preemptions_before;
+          done.Send(1);
+        });
+        goro::Yield();  // the receiver waits in Recv now
+        preemptions_before = 0;
+        goro::internal::P* p = goro::internal::sched.allp[0];
+        p->slice_asked.store(goro::internal::kSliceAsked | p->schedtick.load());
+        ch.Send(1);
+        done.Recv();
+      },
+      opts);
+  if (!receiver_preempted) {
+    fprintf(stderr, "the goroutine that inherited an asked slice was not preempted\n");
+    _exit(1);
+  }
+  _exit(0);
+}
+
+TEST(PreemptTest, AGoroutineInheritingAnAskedSliceIsPreempted) {
+  EXPECT_EXIT(InheritedRequestChild(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PreemptTest, SpentSlicesRotateInOrder) {
