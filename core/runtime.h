@@ -758,6 +758,13 @@ int64_t AddTimerQuietly(Timer* t);
 // Removes t if it has not fired. On return t's callback is not running and
 // will not run. Returns true if it was removed before firing.
 bool DelTimer(Timer* t);
+// If t is pending (in a heap), sets it to fire at `when` instead and returns
+// true; in one hold of its heap's lock when the caller runs on that heap's P
+// or on none, else by DelTimer and AddTimer onto the caller's P. Returns
+// false, changing nothing, if t has fired or was deleted; on return its
+// callback is then not running and will not run, as after DelTimer. The
+// caller serialises it with DelTimer and AddTimer of the same t.
+bool ResetTimer(Timer* t, int64_t when);
 // Runs p's expired timers; returns the earliest remaining `when` (0: none).
 // If `fired` is given, adds the number of timers run to it.
 int64_t RunTimers(P* p, int64_t now, int* fired = nullptr);

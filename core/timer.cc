@@ -1,7 +1,9 @@
 // Timers: a binary min-heap per P, ordered by `when`, under the P's timer lock.
 //
 // A timer goes on the heap of the P that adds it and stays there until it
-// fires or is deleted (Ps never go away, so t->p stays valid). Whoever runs a
+// fires or is deleted (Ps never go away, so t->p stays valid); ResetTimer
+// changes a pending timer's time where it lies, re-sorting it in one hold of
+// the lock, when the caller runs on that P (or on none). Whoever runs a
 // P's timers - its own M in FindRunnable, or a thief on its last stealing pass
 // - pops the expired ones and calls them with the lock held, which is what
 // lets DelTimer promise that a callback is not running once it returns.
@@ -107,6 +109,43 @@ bool DelTimer(Timer* t) {
   }
   p->timers_lock.Unlock();
   return removed;
+}
+
+bool ResetTimer(Timer* t, int64_t when) {
+  P* p = t->p;
+  if (p == nullptr) return false;
+  if (when <= 0) when = 1;  // 0 means "no timer" in timer0_when
+  M* m = CurrentM();
+  if (m != nullptr && m->p != nullptr && m->p != p) {
+    // Added from another P: move it to this one, as AddTimer places a new
+    // timer, so that the M that runs its goroutine runs it.
+    if (!DelTimer(t)) return false;
+    t->when = when;
+    AddTimer(t);
+    return true;
+  }
+  p->timers_lock.Lock();
+  // Out of the heap: it fired (under this lock, so its callback is done) or
+  // was deleted. Nothing changes.
+  if (t->index < 0) {
+    p->timers_lock.Unlock();
+    return false;
+  }
+  int64_t first = p->timers[0]->when;
+  bool earlier = when < t->when;
+  t->when = when;
+  if (earlier) {
+    SiftUp(p->timers, t->index);
+  } else {
+    SiftDown(p->timers, t->index);
+  }
+  UpdateTimer0(p);
+  int64_t now_first = p->timers[0]->when;
+  p->timers_lock.Unlock();
+  // Only an earlier minimum needs a sleeper woken: the one who sleeps until
+  // the old minimum wakes no later than that and looks again.
+  if (now_first < first) WakeForTimer(now_first);
+  return true;
 }
 
 int64_t RunTimers(P* p, int64_t now, int* fired) {
@@ -265,9 +304,16 @@ Timer::~Timer() { Stop(); }
 
 // Stop, with state_->mu held.
 bool Timer::StopLocked() {
-  // Once DelTimer returns the callback is not running and will not run, so
-  // whatever it sent is in the buffer now, or was taken by a receiver.
   if (internal::DelTimer(&state_->timer)) return true;
+  return DrainLocked();
+}
+
+// With state_->mu held, and the timer out of the heap (it fired, or was
+// stopped): drops the time it sent, if nobody has received it. Returns
+// whether there was one. DelTimer or ResetTimer has just found the timer out
+// of the heap under its lock, so the callback is not running and will not
+// run: whatever it sent is in the buffer now, or was taken by a receiver.
+bool Timer::DrainLocked() {
   std::optional<absl::Time> stale;
   return Select(OnRecv(state_->ch, &stale), OnDefault()) == 0;
 }
@@ -280,12 +326,19 @@ bool Timer::Stop() {
   return stopped;
 }
 
+// A pending timer is only moved (ResetTimer): it has sent nothing, so there
+// is nothing to drain. Otherwise it is out of the heap, and stays out while
+// mu is held: drain, then add it again.
 bool Timer::Reset(absl::Duration d) {
   internal::RuntimeScope scope;
+  int64_t when = internal::NanotimeIn(d);
   state_->mu.Lock();
-  bool stopped = StopLocked();
-  state_->timer.when = internal::NanotimeIn(d);
-  internal::AddTimer(&state_->timer);
+  bool stopped = internal::ResetTimer(&state_->timer, when);
+  if (!stopped) {
+    stopped = DrainLocked();
+    state_->timer.when = when;
+    internal::AddTimer(&state_->timer);
+  }
   state_->mu.Unlock();
   return stopped;
 }

@@ -4,14 +4,17 @@
 // because the machine is small and noisy.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "core/runtime.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -332,6 +335,111 @@ TEST(TimerTest, ConcurrentStopAndResetLeaveOneConsistentTimer) {
     goro::SleepFor(absl::Milliseconds(5));
     EXPECT_FALSE(Ready(t)) << "a time after the final Stop";
     EXPECT_GT(received.load(), 0) << "no timer ever fired: the test proved nothing";
+  });
+}
+
+// Reset of a pending timer from its own P changes its time where it lies in
+// the heap: the P never looks timerless. A plain thread watches the P's
+// earliest time while a goroutine resets a 1 h timer, for 200 ms and at
+// least 10000 of the watcher's looks; it must always see a time within the
+// hour. Fails if Reset deletes the timer and adds it again (the P looked
+// empty, or only had a timer that other tests left for the next century, in
+// thousands of the watcher's looks).
+TEST(TimerTest, ResetOfAPendingTimerKeepsItInItsHeap) {
+  std::atomic<int64_t> looks{0}, gaps{0};
+  bool moved = false;
+  RunBounded([&] {
+    std::atomic<goro::internal::P*> watched{nullptr};
+    std::atomic<bool> stop{false};
+    std::thread watcher([&] {
+      constexpr int64_t kTwoHoursNs = int64_t{2} * 3600 * 1000 * 1000 * 1000;
+      while (!stop.load(std::memory_order_relaxed)) {
+        goro::internal::P* p = watched.load();
+        if (p == nullptr) continue;
+        int64_t w = p->timer0_when.load(std::memory_order_relaxed);
+        if (w == 0 || w - goro::internal::Nanotime() > kTwoHoursNs) gaps.fetch_add(1, std::memory_order_relaxed);
+        looks.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    goro::Timer t(absl::Hours(1));
+    goro::internal::P* p = goro::internal::CurrentM()->p;
+    watched.store(p);
+    // The watcher may wait for a CPU on a loaded machine: go on until it
+    // has looked often enough, for 20 s at most.
+    const auto start = Now();
+    while (!moved && Since(start) < absl::Seconds(20) &&
+           (Since(start) < absl::Milliseconds(200) || looks.load() < 10000)) {
+      for (int i = 0; i < 1000; ++i) EXPECT_TRUE(t.Reset(absl::Hours(1)));
+      // A goroutine that changed P takes its timer along (and leaves its old
+      // P timerless): nothing to conclude.
+      moved = goro::internal::CurrentM()->p != p;
+    }
+    stop.store(true);
+    goro::Syscall([&watcher] {
+      watcher.join();
+      return 0;
+    });
+  });
+  if (moved) GTEST_SKIP() << "the goroutine moved to another P";
+  EXPECT_GE(looks.load(), 10000) << "the watcher hardly looked: the test proved little";
+  EXPECT_EQ(gaps.load(), 0) << "of " << looks.load() << " looks, these found the timer out of its heap";
+}
+
+// Reset moves pending timers up and down their heap, many timers deep: of
+// 200 timers due in an hour, 150 are reset (in random order) to 1-30 ms and
+// a third of those then to 3 h. Each short one fires within a generous bound
+// and no earlier than its last Reset asked; no long one fires. Fails if a
+// timer moved earlier is left below a later one, or one moved later is left
+// above the others: either holds the short ones back for an hour. The bound
+// is kept by a plain thread, not a timer: a broken heap holds any timer back.
+TEST(TimerTest, ResetReordersPendingTimers) {
+  RunBounded([] {
+    constexpr int kTimers = 200;
+    std::vector<std::unique_ptr<goro::Timer>> timers;
+    for (int i = 0; i < kTimers; ++i) timers.push_back(std::make_unique<goro::Timer>(absl::Hours(1) + absl::Seconds(i)));
+    std::mt19937 rng(7);
+    std::vector<int> order(kTimers);
+    for (int i = 0; i < kTimers; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    // Half go later first, so that the heap is no longer in creation order.
+    for (int k = 0; k < kTimers / 2; ++k) EXPECT_TRUE(timers[order[k]]->Reset(absl::Hours(2)));
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<absl::Duration> due(kTimers, absl::InfiniteDuration());
+    std::vector<absl::Time> reset_at(kTimers);
+    const int shortened = kTimers * 3 / 4;
+    for (int k = 0; k < shortened; ++k) {
+      int i = order[k];
+      due[i] = absl::Milliseconds(1 + rng() % 30);
+      reset_at[i] = absl::Now();
+      EXPECT_TRUE(timers[i]->Reset(due[i]));
+    }
+    std::shuffle(order.begin(), order.begin() + shortened, rng);
+    for (int k = 0; k < shortened / 3; ++k) {
+      int i = order[k];
+      due[i] = absl::InfiniteDuration();
+      EXPECT_TRUE(timers[i]->Reset(absl::Hours(3)));
+    }
+    goro::Chan<int> limit;
+    absl::Notification done;
+    std::thread limiter([&] {
+      if (!done.WaitForNotificationWithTimeout(absl::Seconds(20))) limit.Close();
+    });
+    for (int i = 0; i < kTimers; ++i) {
+      if (due[i] == absl::InfiniteDuration()) continue;
+      std::optional<absl::Time> fired;
+      std::optional<int> closed;
+      int got = goro::Select(goro::OnRecv(timers[i]->C(), &fired), goro::OnRecv(limit, &closed));
+      EXPECT_EQ(got, 0) << "timer " << i << ", reset to " << due[i] << ", did not fire within 20 s";
+      if (got != 0) break;
+      EXPECT_GE(*fired, reset_at[i] + due[i]) << "timer " << i << " fired early";
+    }
+    done.Notify();
+    goro::Syscall([&limiter] {
+      limiter.join();
+      return 0;
+    });
+    goro::SleepFor(absl::Milliseconds(5));
+    for (int i = 0; i < kTimers; ++i) EXPECT_FALSE(Ready(*timers[i])) << "timer " << i << " fired again, or is long and fired";
   });
 }
 

@@ -64,6 +64,7 @@ class Timer {
  private:
   struct State;
   bool StopLocked();
+  bool DrainLocked();
   std::unique_ptr<State> state_;  // pinned: the timer heap points into it
   Chan<absl::Time> ch_{nullptr};  // C(): the State's channel, unless reassigned
 };
