@@ -13,7 +13,7 @@
 // those come after the timer lock, and a PollDesc lock before it
 // (docs/scheduler.md).
 // p->timer0_when mirrors the heap's minimum so that schedulers can skip a P
-// without taking its lock.
+// without taking its lock (UpdateTimer0 says how it is ordered).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -74,8 +74,33 @@ void RemoveAt(P* p, size_t i) {
   }
 }
 
+// Publishes the heap's new minimum after a change, under p->timers_lock.
+//
+// A minimum that gets earlier is stored seq_cst: it is one half of a Dekker
+// pairing. The adder stores it and then reads sched.poll_until (AddTimer's
+// WakeForTimer); the timer sleeper publishes poll_until and then reads
+// timer0_when again (EarliestTimer, in FindRunnable), all seq_cst. One of
+// the two sees the other's store, so the sleeper either sleeps until the
+// earlier time or is woken for it. A release store would let the adder's
+// load of poll_until pass its store (x86's store buffer), and both miss.
+//
+// A minimum that gets later, or 0 (a timer fired, was deleted or was reset
+// later), needs no such pairing: nobody is woken for it, and a reader that
+// misses the store sees the earlier time, as it does if it reads just before
+// the change. Every reader copes with that already: it wakes or looks too
+// early, finds nothing due under the lock (RunTimers) and reads again.
+// Release is enough there, and on x86 is a plain store instead of an xchg.
+// An unchanged minimum is not stored at all: whoever stored it did the
+// pairing, and the sleepers it told wake no later than it.
 void UpdateTimer0(P* p) {
-  p->timer0_when.store(p->timers.empty() ? 0 : p->timers[0]->when, std::memory_order_seq_cst);
+  int64_t before = p->timer0_when.load(std::memory_order_relaxed);  // only writers hold the lock
+  int64_t after = p->timers.empty() ? 0 : p->timers[0]->when;
+  if (after == before) return;
+  if (after != 0 && (before == 0 || after < before)) {
+    p->timer0_when.store(after, std::memory_order_seq_cst);
+  } else {
+    p->timer0_when.store(after, std::memory_order_release);
+  }
 }
 
 }  // namespace
