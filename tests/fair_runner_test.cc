@@ -3,7 +3,6 @@
 // settings the runtime ran with, and bad flags get one line naming them.
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,24 +22,12 @@
 
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = goro_test::ShellRun;  // stdout and stderr
 
 // Runs goro-fair with `args` and, before the command, `env` (NAME=value
 // words), killed after 60 s (coreutils' timeout).
 Output RunFair(const std::string& args, const std::string& env = "") {
-  Output o;
-  std::string cmd = absl::StrFormat("%s timeout 60 '%s' %s 2>&1", env, GORO_FAIR_PATH, args);
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) o.text.append(buf, n);
-  int status = pclose(f);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
+  return goro_test::RunShell(absl::StrFormat("%s timeout 60 '%s' %s 2>&1", env, GORO_FAIR_PATH, args));
 }
 
 // The number after `key` in `text` (a JSON field), or -1.

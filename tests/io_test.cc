@@ -2339,15 +2339,8 @@ TEST_F(IoTest, TenThousandConnectionsToAGoroServerProcess) {
 // The exit status and the output (stdout and stderr) of `program args`,
 // killed after 10 s (coreutils' timeout: status 124).
 std::pair<int, std::string> RunExample(const char* program, const std::string& args) {
-  std::string cmd = absl::StrCat("timeout 10 '", program, "' ", args, " 2>&1");
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return {-1, out};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  goro_test::ShellRun r = goro_test::RunShell(absl::StrCat("timeout 10 '", program, "' ", args, " 2>&1"));
+  return {r.exit_code, r.text};
 }
 
 // echo_server gave htons() any int: --port=70000 listened on 4464 and

@@ -3,7 +3,6 @@
 // line, what a scheduler doing what it was asked would, unless the test tells
 // it to misbehave in one configuration.
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
@@ -69,10 +69,7 @@ awk -v s="$seconds" -v us="$us" -v every="$every" -v busy="$busy" -v async="$asy
 }'
 )sh";
 
-struct Output {
-  int exit_code = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = goro_test::ShellRun;  // stdout and stderr
 
 // A temporary directory holding the stand-in, removed when the test ends.
 struct StandIn {
@@ -93,18 +90,9 @@ struct StandIn {
 // Runs the matrix (no soak) with 0.1 s runs on the stand-in, `env` (NAME=value
 // words) before it, killed after 240 s.
 Output RunMatrix(const StandIn& s, const std::string& env) {
-  Output o;
-  std::string cmd =
+  return goro_test::RunShell(
       absl::StrFormat("GORO_FAIR='%s' TMPDIR='%s' %s timeout 240 bash '%s/stress/matrix.sh' --seconds 0.1 2>&1", s.path,
-                      s.dir, env, GORO_SOURCE_DIR);
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) o.text.append(buf, n);
-  int status = pclose(f);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
+                      s.dir, env, GORO_SOURCE_DIR));
 }
 
 // The lines of `text` that begin with `prefix`.

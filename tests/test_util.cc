@@ -238,4 +238,16 @@ CapturedRun RunCapturing(const std::vector<std::string>& argv, const std::vector
   return r;
 }
 
+ShellRun RunShell(const std::string& command) {
+  ShellRun r;
+  FILE* f = popen(command.c_str(), "r");
+  if (f == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.text.append(buf, n);
+  const int status = pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
 }  // namespace goro_test

@@ -179,6 +179,15 @@ struct CapturedRun {
   std::string err;
 };
 
+// The exit status (or 128 + the signal that ended it) and the stdout of
+// `command`, run by /bin/sh; the command redirects stderr (2>&1) and bounds
+// its own time (coreutils' timeout) as it needs.
+struct ShellRun {
+  int exit_code = -1;
+  std::string text;
+};
+ShellRun RunShell(const std::string& command);
+
 // This process's environment (NAME=value strings) without the variables
 // named in `drop`.
 std::vector<std::string> EnvironmentWithout(std::initializer_list<const char*> drop);
