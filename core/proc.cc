@@ -1775,6 +1775,26 @@ void ReacquireP(M* m, G* g) {
   ReacquirePOnSameThread(m, g);
 }
 
+// Takes p, which another M holds in a blocking region, for m and its
+// goroutine g, which carries on in a new slice; false if p is not held so.
+// The CAS on syscall_owner decides, as in sysmon's retake: the owner finds
+// the P gone when it leaves its region.
+bool TakePFromBlockedM(M* m, G* g, P* p) {
+  M* owner = p->syscall_owner.load(std::memory_order_acquire);
+  if (owner == nullptr || owner == m ||
+      !p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
+    return false;
+  }
+  trace::PHandoff(p, __atomic_load_n(&owner->curg, __ATOMIC_ACQUIRE), trace::HandoffWhy::kSyscall);
+  p->status.store(P::Status::kIdle, std::memory_order_release);
+  p->m.store(nullptr, std::memory_order_release);
+  AcquireP(m, p);
+  StartSlice(p);
+  g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
+  trace::GoStart(p, g);
+  return true;
+}
+
 void ReacquirePOnSameThread(M* m, G* g) {
   if (TryAcquireIdleP(m)) {
     // g runs on, on this P from now, in a new slice: the P ran nothing while

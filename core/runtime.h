@@ -786,6 +786,9 @@ bool TryAcquireIdleP(M* m);
 // LockOSThread hand-off). Not moving keeps thread-local state - errno, whose
 // address the compiler may have computed before the call - valid.
 void ReacquirePOnSameThread(M* m, G* g);
+// Takes p, which another M holds in a blocking region, for m and its
+// goroutine g, which carries on in a new slice; false if p is not held so.
+bool TakePFromBlockedM(M* m, G* g, P* p);
 // Writes / reads errno through a fresh call: errno's address is per thread,
 // and a goroutine may have moved since a function computed it (GCC computes
 // it once per function: __errno_location is declared const). A function that

@@ -18,8 +18,10 @@
 // P instead (see EnterSyscall).
 //
 // Leaving: CAS kSyscall -> kRunning takes the P back if sysmon did not take
-// it (the common case: no system call beyond the user's own). Otherwise the
-// M grabs an idle P if there is one; failing that the goroutine waits its
+// it (the common case: no system call beyond the user's own). Otherwise, if
+// the M it went to blocks in a region of its own, the goroutine takes it
+// from that M as sysmon would (TakePFromBlockedM; Go's exitsyscallfast), or
+// the M grabs an idle P if there is one; failing that the goroutine waits its
 // turn in the global run queue, wired to this M for the moment, so that it
 // resumes on the same thread (Go moves it; goro keeps thread-local state such
 // as errno where the caller's code expects it).
@@ -160,10 +162,15 @@ void ExitSyscall() {
   if (p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
     SetPStatusByOwner(p, P::Status::kRunning);  // still ours: sysmon did not retake it
   } else {
-    // Sysmon handed our P to another M: take an idle one, or wait our turn
-    // in the global queue, wired to this thread (ReacquirePOnSameThread).
+    // Sysmon handed our P to another M. If that M is in a blocking region of
+    // its own, take the P from it as sysmon would (Go's exitsyscallfast does
+    // the same with its old P): goroutines taking turns at blocking calls
+    // then pass the P from one that returns to one that blocks without
+    // waiting for sysmon and a thread wake-up each time. Else take an idle
+    // P, or wait our turn in the global queue, wired to this thread
+    // (ReacquirePOnSameThread).
     m->p = nullptr;
-    ReacquirePOnSameThread(m, g);
+    if (!TakePFromBlockedM(m, g, p)) ReacquirePOnSameThread(m, g);
   }
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
   trace::SyscallExit(m->p, g);  // the same M (see above), perhaps another P

@@ -1039,6 +1039,58 @@ TEST(SyscallTest, APTakenBackFromIdleStartsANewSlice) { EXPECT_CHILD_OK(Reacquir
   ExitChild();
 }
 
+// A goroutine back from a blocking call whose P went to another M that now
+// blocks in a call of its own takes the P back from it at once, as Go's
+// exitsyscallfast does, instead of waiting for sysmon to hand it on. On 1 P:
+// main blocks in a marked call; sysmon hands the P to a queued goroutine
+// (one hand-off), which blocks in a marked call until main is back. Fails
+// without the take: main waited in the global queue until sysmon took the
+// P from the other call and handed it on, a second hand-off.
+[[noreturn]] void TakesThePFromABlockedMChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a goroutine back from a blocking call");
+  goro::Run(
+      [] {
+        using goro::internal::sched;
+        std::atomic<bool> other_blocking{false}, main_back{false}, other_lost_p{false};
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {
+          goro::Syscall([&] {
+            other_blocking = true;
+            const auto start = Now();
+            while (!main_back.load() && goro_test::Since(start) < absl::Seconds(10)) {
+              NanosleepErr(absl::Microseconds(50));
+            }
+            other_lost_p = sched.allp[0]->syscall_owner.load() != goro::internal::CurrentM();
+            return 0;
+          });
+          wg.Done();
+        });
+        uint64_t handoffs_before = 0;
+        goro::Syscall([&] {
+          const auto start = Now();
+          while (!other_blocking.load() && goro_test::Since(start) < absl::Seconds(10)) {
+            NanosleepErr(absl::Microseconds(50));
+          }
+          handoffs_before = goro::GetStats().handoffs;
+          NanosleepErr(absl::Milliseconds(1));
+          return 0;
+        });
+        const uint64_t handoffs_after = goro::GetStats().handoffs;
+        main_back = true;
+        wg.Wait();
+        CHILD_CHECK(other_blocking.load(), "the queued goroutine never blocked: the test proved nothing");
+        CHILD_CHECK(other_lost_p.load(), "the other goroutine kept the P while main ran");
+        CHILD_CHECK(handoffs_after == handoffs_before,
+                    "main waited for sysmon to hand it the P (%llu hand-offs while it came back)",
+                    U(handoffs_after - handoffs_before));
+      },
+      Opts(1, absl::Seconds(1)));
+  ExitChild();
+}
+
+TEST(SyscallTest, ABlockingCallsReturnTakesThePFromAnotherBlockedCall) { EXPECT_CHILD_OK(TakesThePFromABlockedMChild()); }
+
 TEST(SyscallTest, GoroutinesTakingTurnsAtBlockingCallsHandThePOnWithinTicks) {
   EXPECT_CHILD_OK(TurnsAtBlockingCallsChild());
 }
