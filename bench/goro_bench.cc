@@ -22,7 +22,10 @@
 // Keep the workloads identical to bench/go/main.go.
 #include <benchmark/benchmark.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -47,6 +50,13 @@ constexpr int kMutexOpsPerGo = 2500; // lock/unlock pairs per worker per iterati
 constexpr int kFibN = 27;
 constexpr int64_t kFibWant = 196418;
 constexpr size_t kBufferedChanCap = 128;
+constexpr int kCondWaiters = 10000;          // goroutines waiting on the CondVar
+constexpr int kCloseWakeGoroutines = 100000; // goroutines blocked on the closed channel
+constexpr int kYieldManyGoroutines = 10000;
+constexpr int kYieldManyRounds = 20;         // Yields per goroutine per iteration
+constexpr int kSyscallGoroutines = 200;
+constexpr int kSyscallsPerGo = 10;           // blocking calls per goroutine per iteration
+constexpr int64_t kSyscallSleepNs = 2000000; // each call is a 2 ms nanosleep
 
 int g_procs = 0;
 
@@ -246,6 +256,176 @@ void BM_Fib27(benchmark::State& state) {
   });
 }
 
+// condvar_signalall: kCondWaiters goroutines wait on one CondVar under one
+// Mutex. One iteration is one round: SignalAll wakes them all, each takes the
+// Mutex, counts itself in and waits again, and the last one in signals this
+// goroutine. Per woken goroutine. The waiters are started, and wait a first
+// time, before the timed loop; a last untimed round lets them end. Every
+// waiter must have woken once per round.
+void BM_CondVarSignalAll(benchmark::State& state) {
+  InGoroutine("condvar_signalall", [&state] {
+    goro::Mutex mu;
+    goro::CondVar cv;      // the waiters wait here for the next round
+    goro::CondVar all_in;  // this goroutine waits here for the last waiter
+    int64_t round = 0;     // guarded by mu
+    int arrived = 0;       // guarded by mu: waiters waiting in this round
+    bool stop = false;     // guarded by mu
+    int64_t wakes = 0;     // guarded by mu: rounds seen, over all waiters
+    goro::WaitGroup done;
+    done.Add(kCondWaiters);
+    for (int i = 0; i < kCondWaiters; ++i) {
+      goro::Go([&] {
+        mu.Lock();
+        while (true) {
+          const int64_t mine = round;
+          if (++arrived == kCondWaiters) all_in.Signal();
+          while (round == mine) cv.Wait(mu);
+          ++wakes;
+          if (stop) break;
+        }
+        mu.Unlock();
+        done.Done();
+      });
+    }
+    mu.Lock();
+    while (arrived < kCondWaiters) all_in.Wait(mu);
+    for (auto _ : state) {
+      arrived = 0;
+      ++round;
+      cv.SignalAll();
+      while (arrived < kCondWaiters) all_in.Wait(mu);
+    }
+    stop = true;
+    ++round;
+    cv.SignalAll();
+    mu.Unlock();
+    done.Wait();
+    const int64_t want = (static_cast<int64_t>(state.iterations()) + 1) * kCondWaiters;
+    if (wakes != want) {
+      Fail(state, absl::StrFormat("condvar: %d wake-ups counted, want %d", wakes, want));
+    }
+  });
+}
+
+// chan_close_wake: kCloseWakeGoroutines goroutines each block receiving on one
+// unbuffered channel; Close wakes them all and each ends with wg.Done. Per
+// goroutine, from the Close to the last Done. Starting them and letting them
+// block is not timed (the timer is paused, and a 20 ms sleep lets the last
+// ones reach the receive). Every receive must see the channel closed.
+void BM_ChanCloseWake(benchmark::State& state) {
+  InGoroutine("chan_close_wake", [&state] {
+    std::atomic<int64_t> got_value{0};
+    for (auto _ : state) {
+      state.PauseTiming();
+      goro::Chan<int> ch;
+      goro::WaitGroup ready, done;
+      ready.Add(kCloseWakeGoroutines);
+      done.Add(kCloseWakeGoroutines);
+      for (int i = 0; i < kCloseWakeGoroutines; ++i) {
+        goro::Go([&] {
+          ready.Done();
+          if (ch.Recv().has_value()) got_value.fetch_add(1, std::memory_order_relaxed);
+          done.Done();
+        });
+      }
+      ready.Wait();
+      goro::SleepFor(absl::Milliseconds(20));
+      state.ResumeTiming();
+      ch.Close();
+      done.Wait();
+    }
+    if (got_value.load() != 0) {
+      Fail(state, absl::StrFormat("close_wake: %d receives got a value from a channel "
+                                  "nobody sent on",
+                                  got_value.load()));
+    }
+  });
+}
+
+// yield_many: one iteration starts kYieldManyGoroutines goroutines that each
+// call goro::Yield kYieldManyRounds times, and waits for them. Per Yield (the
+// spawns and the join are included). Each goroutine notes whether another
+// started while it yielded; if fewer than half did, Yield did not switch.
+void BM_YieldMany(benchmark::State& state) {
+  InGoroutine("yield_many", [&state] {
+    std::atomic<int64_t> started{0};
+    std::atomic<int64_t> overtaken{0};  // goroutines that saw another start
+    goro::WaitGroup wg;
+    for (auto _ : state) {
+      wg.Add(kYieldManyGoroutines);
+      for (int i = 0; i < kYieldManyGoroutines; ++i) {
+        goro::Go([&] {
+          const int64_t me = started.fetch_add(1, std::memory_order_relaxed) + 1;
+          for (int k = 0; k < kYieldManyRounds; ++k) goro::Yield();
+          if (started.load(std::memory_order_relaxed) != me) {
+            overtaken.fetch_add(1, std::memory_order_relaxed);
+          }
+          wg.Done();
+        });
+      }
+      wg.Wait();
+    }
+    const int64_t total = static_cast<int64_t>(state.iterations()) * kYieldManyGoroutines;
+    if (overtaken.load() < total / 2) {
+      Fail(state, absl::StrFormat("yield_many: only %d of %d goroutines saw another start "
+                                  "while they yielded: Yield does not switch",
+                                  overtaken.load(), total));
+    }
+  });
+}
+
+// timer_reset: one goroutine resets one pending goro::Timer to a minute from
+// now, over and over. Per Reset. Every Reset, and the final Stop, must find
+// the timer pending.
+void BM_TimerReset(benchmark::State& state) {
+  InGoroutine("timer_reset", [&state] {
+    goro::Timer t(absl::Minutes(1));
+    int64_t not_pending = 0;
+    for (auto _ : state) {
+      if (!t.Reset(absl::Minutes(1))) ++not_pending;
+    }
+    const bool stopped = t.Stop();
+    if (!stopped || not_pending != 0) {
+      Fail(state, absl::StrFormat("timer_reset: %d Resets, or the Stop, found a timer that "
+                                  "was not pending",
+                                  not_pending));
+    }
+  });
+}
+
+// syscall_turns: one iteration starts kSyscallGoroutines goroutines that each
+// make kSyscallsPerGo blocking 2 ms nanosleep calls in goro::Syscall, and
+// waits for them. Per run; all sleeping at once would take 20 ms. A nanosleep
+// cut short by a signal sleeps the rest; any other failure is reported.
+void BM_SyscallTurns(benchmark::State& state) {
+  InGoroutine("syscall_turns", [&state] {
+    std::atomic<int64_t> failed{0};
+    goro::WaitGroup wg;
+    for (auto _ : state) {
+      wg.Add(kSyscallGoroutines);
+      for (int i = 0; i < kSyscallGoroutines; ++i) {
+        goro::Go([&] {
+          for (int r = 0; r < kSyscallsPerGo; ++r) {
+            const int rc = goro::Syscall([] {
+              timespec ts{0, kSyscallSleepNs};
+              int rc;
+              while ((rc = nanosleep(&ts, &ts)) != 0 && errno == EINTR) {
+              }
+              return rc;
+            });
+            if (rc != 0) failed.fetch_add(1, std::memory_order_relaxed);
+          }
+          wg.Done();
+        });
+      }
+      wg.Wait();
+    }
+    if (failed.load() != 0) {
+      Fail(state, absl::StrFormat("syscall_turns: %d nanosleep calls failed", failed.load()));
+    }
+  });
+}
+
 struct Workload {
   const char* name;
   std::vector<int> procs;  // the procs counts it is meant for
@@ -266,6 +446,12 @@ const std::vector<Workload>& Workloads() {
        BM_MutexContended4},
       {"waitgroup_add_done_wait", {1, 2}, 1, "ns/op", 1e9, BM_WaitGroupAddDoneWait},
       {"fib27_goroutines", {1, 2}, 1, "ms/run", 1e3, BM_Fib27},
+      {"condvar_signalall", {1, 2}, kCondWaiters, "ns/wake", 1e9, BM_CondVarSignalAll},
+      {"chan_close_wake", {1, 2}, kCloseWakeGoroutines, "ns/goroutine", 1e9, BM_ChanCloseWake},
+      {"yield_many", {1, 2}, kYieldManyGoroutines * kYieldManyRounds, "ns/yield", 1e9,
+       BM_YieldMany},
+      {"timer_reset", {1}, 1, "ns/reset", 1e9, BM_TimerReset},
+      {"syscall_turns", {1, 2}, 1, "ms/run", 1e3, BM_SyscallTurns},
   };
   return w;
 }

@@ -31,6 +31,15 @@ ROWS = [
     ("mutex_contended4", 2, "Mutex, 4 goroutines incrementing one counter", None),
     ("waitgroup_add_done_wait", 1, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
     ("waitgroup_add_done_wait", 2, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
+    ("condvar_signalall", 1, "CondVar SignalAll / Cond Broadcast to 10,000 waiters, per wake", None),
+    ("condvar_signalall", 2, "CondVar SignalAll / Cond Broadcast to 10,000 waiters, per wake", None),
+    ("chan_close_wake", 1, "Close of a channel 100,000 goroutines wait on, per goroutine", None),
+    ("chan_close_wake", 2, "Close of a channel 100,000 goroutines wait on, per goroutine", None),
+    ("yield_many", 1, "Yield / runtime.Gosched, 10,000 goroutines 20 times each", None),
+    ("yield_many", 2, "Yield / runtime.Gosched, 10,000 goroutines 20 times each", None),
+    ("timer_reset", 1, "Timer Reset of a pending timer to one minute", None),
+    ("syscall_turns", 1, "200 goroutines each make 10 blocking 2 ms nanosleeps", None),
+    ("syscall_turns", 2, "200 goroutines each make 10 blocking 2 ms nanosleeps", None),
 ]
 
 
@@ -254,6 +263,26 @@ loop code is inline, from the header).
 - **WaitGroup**: `Add(1); Done(); Wait()` on one goroutine (Wait never blocks).
 - **fib(27)**: `fib(n)` spawns a goroutine for each of `fib(n-1)` and `fib(n-2)`
   and joins them with a WaitGroup (about 636,000 goroutines per run); time per run.
+- **CondVar SignalAll**: 10,000 goroutines wait on one `goro::CondVar` /
+  `sync.Cond` under one mutex; one iteration is a round: `SignalAll` /
+  `Broadcast` wakes them, each takes the mutex, counts itself in and waits
+  again, the last one in signals the timing goroutine; time per woken goroutine.
+  Every waiter must have woken once per round.
+- **channel close wake**: 100,000 goroutines block receiving on one unbuffered
+  channel (started untimed, with 20 ms for the last to block); time from the
+  `Close` to the last one's `WaitGroup::Done`, per goroutine. Every receive must
+  see the channel closed.
+- **Yield, many goroutines**: one iteration starts 10,000 goroutines that each
+  call `goro::Yield` / `runtime.Gosched` 20 times, and joins them; time per call,
+  spawns and join included. Fewer than half of the goroutines seeing another
+  start while they yielded is a failure: Yield did not switch.
+- **Timer Reset**: one goroutine resets one pending timer to one minute from now
+  in a loop; time per `Reset`. Every `Reset`, and the final `Stop`, must find it
+  pending.
+- **blocking syscalls**: one iteration starts 200 goroutines that each make 10
+  blocking 2 ms `nanosleep` calls (`goro::Syscall`; `syscall.Nanosleep` in Go,
+  which enters the syscall state), and joins them; time per run, 20 ms if all
+  200 slept at once. A failed call is a failure.
 - **RSS per parked goroutine**: """ + rss_count + """ goroutines each count themselves and
   block receiving on one shared channel nobody sends to; RSS (`/proc/self/statm`)
   once all have counted themselves plus 200 ms, minus RSS before spawning, divided

@@ -37,6 +37,14 @@ const (
 	fibN            = 27
 	fibWant         = 196418
 	bufferedChanCap = 128
+
+	condWaiters         = 10000  // goroutines waiting on the sync.Cond
+	closeWakeGoroutines = 100000 // goroutines blocked on the closed channel
+	yieldManyGoroutines = 10000
+	yieldManyRounds     = 20 // Goscheds per goroutine per iteration
+	syscallGoroutines   = 200
+	syscallsPerGo       = 10      // blocking calls per goroutine per iteration
+	syscallSleepNs      = 2000000 // each call is a 2 ms nanosleep
 )
 
 type result struct {
@@ -98,6 +106,11 @@ var workloads = []workload{
 	{"mutex_contended4", []int{2}, mutexWorkers * mutexOpsPerGo, "ns/lock+unlock", 1, benchMutex},
 	{"waitgroup_add_done_wait", []int{1, 2}, 1, "ns/op", 1, benchWaitGroup},
 	{"fib27_goroutines", []int{1, 2}, 1, "ms/run", 1e-6, benchFib},
+	{"condvar_signalall", []int{1, 2}, condWaiters, "ns/wake", 1, benchCondBroadcast},
+	{"chan_close_wake", []int{1, 2}, closeWakeGoroutines, "ns/goroutine", 1, benchCloseWake},
+	{"yield_many", []int{1, 2}, yieldManyGoroutines * yieldManyRounds, "ns/yield", 1, benchYieldMany},
+	{"timer_reset", []int{1}, 1, "ns/reset", 1, benchTimerReset},
+	{"syscall_turns", []int{1, 2}, 1, "ms/run", 1e-6, benchSyscallTurns},
 }
 
 // spawn_complete: start spawnBatch goroutines that only call wg.Done, then
@@ -257,6 +270,183 @@ func benchFib(b *testing.B) {
 			fatalf("fib(%d) = %d, want %d", fibN, v, fibWant)
 		}
 		fibSink += v
+	}
+}
+
+// condvar_signalall: condWaiters goroutines wait on one sync.Cond under one
+// sync.Mutex. One iteration is one round: Broadcast wakes them all, each takes
+// the Mutex, counts itself in and waits again, and the last one in signals
+// this goroutine. The waiters are started, and wait a first time, before the
+// timed loop; a last untimed round lets them end. Every waiter must have woken
+// once per round.
+func benchCondBroadcast(b *testing.B) {
+	var mu sync.Mutex
+	cv := sync.NewCond(&mu)    // the waiters wait here for the next round
+	allIn := sync.NewCond(&mu) // this goroutine waits here for the last waiter
+	var round int64            // guarded by mu
+	arrived := 0               // guarded by mu: waiters waiting in this round
+	stop := false              // guarded by mu
+	var wakes int64            // guarded by mu: rounds seen, over all waiters
+	var done sync.WaitGroup
+	done.Add(condWaiters)
+	for i := 0; i < condWaiters; i++ {
+		go func() {
+			mu.Lock()
+			for {
+				mine := round
+				arrived++
+				if arrived == condWaiters {
+					allIn.Signal()
+				}
+				for round == mine {
+					cv.Wait()
+				}
+				wakes++
+				if stop {
+					break
+				}
+			}
+			mu.Unlock()
+			done.Done()
+		}()
+	}
+	mu.Lock()
+	for arrived < condWaiters {
+		allIn.Wait()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		arrived = 0
+		round++
+		cv.Broadcast()
+		for arrived < condWaiters {
+			allIn.Wait()
+		}
+	}
+	b.StopTimer()
+	stop = true
+	round++
+	cv.Broadcast()
+	mu.Unlock()
+	done.Wait()
+	if want := int64(b.N+1) * condWaiters; wakes != want {
+		fatalf("condvar: %d wake-ups counted, want %d", wakes, want)
+	}
+}
+
+// chan_close_wake: closeWakeGoroutines goroutines each block receiving on one
+// unbuffered channel; close wakes them all and each ends with wg.Done. Per
+// goroutine, from the close to the last Done. Starting them and letting them
+// block is not timed (the timer is stopped, and a 20 ms sleep lets the last
+// ones reach the receive). Every receive must see the channel closed.
+func benchCloseWake(b *testing.B) {
+	var gotValue atomic.Int64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ch := make(chan int)
+		var ready, done sync.WaitGroup
+		ready.Add(closeWakeGoroutines)
+		done.Add(closeWakeGoroutines)
+		for j := 0; j < closeWakeGoroutines; j++ {
+			go func() {
+				ready.Done()
+				if _, ok := <-ch; ok {
+					gotValue.Add(1)
+				}
+				done.Done()
+			}()
+		}
+		ready.Wait()
+		time.Sleep(20 * time.Millisecond)
+		b.StartTimer()
+		close(ch)
+		done.Wait()
+	}
+	b.StopTimer()
+	if n := gotValue.Load(); n != 0 {
+		fatalf("close_wake: %d receives got a value from a channel nobody sent on", n)
+	}
+}
+
+// yield_many: one iteration starts yieldManyGoroutines goroutines that each
+// call runtime.Gosched yieldManyRounds times, and waits for them. Per Gosched
+// (the spawns and the join are included). Each goroutine notes whether
+// another started while it yielded; if fewer than half did, Gosched did not
+// switch.
+func benchYieldMany(b *testing.B) {
+	var started, overtaken atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < b.N; i++ {
+		wg.Add(yieldManyGoroutines)
+		for j := 0; j < yieldManyGoroutines; j++ {
+			go func() {
+				me := started.Add(1)
+				for k := 0; k < yieldManyRounds; k++ {
+					runtime.Gosched()
+				}
+				if started.Load() != me {
+					overtaken.Add(1)
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	if total := int64(b.N) * yieldManyGoroutines; overtaken.Load() < total/2 {
+		fatalf("yield_many: only %d of %d goroutines saw another start while they yielded: "+
+			"Gosched does not switch", overtaken.Load(), total)
+	}
+}
+
+// timer_reset: one goroutine resets one pending time.Timer to a minute from
+// now, over and over. Per Reset. Every Reset, and the final Stop, must find
+// the timer pending.
+func benchTimerReset(b *testing.B) {
+	t := time.NewTimer(time.Minute)
+	notPending := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !t.Reset(time.Minute) {
+			notPending++
+		}
+	}
+	b.StopTimer()
+	if !t.Stop() || notPending != 0 {
+		fatalf("timer_reset: %d Resets, or the Stop, found a timer that was not pending", notPending)
+	}
+}
+
+// syscall_turns: one iteration starts syscallGoroutines goroutines that each
+// make syscallsPerGo blocking 2 ms nanosleep calls (syscall.Nanosleep, which
+// enters the syscall state as goro::Syscall does), and waits for them. Per
+// run; all sleeping at once would take 20 ms. A nanosleep cut short by a
+// signal sleeps the rest; any other failure is reported.
+func benchSyscallTurns(b *testing.B) {
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < b.N; i++ {
+		wg.Add(syscallGoroutines)
+		for j := 0; j < syscallGoroutines; j++ {
+			go func() {
+				for r := 0; r < syscallsPerGo; r++ {
+					ts := syscall.Timespec{Sec: 0, Nsec: syscallSleepNs}
+					err := syscall.Nanosleep(&ts, &ts)
+					for err == syscall.EINTR {
+						err = syscall.Nanosleep(&ts, &ts)
+					}
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	if n := failed.Load(); n != 0 {
+		fatalf("syscall_turns: %d nanosleep calls failed", n)
 	}
 }
 
