@@ -1069,9 +1069,6 @@ void GfreePut(P* p, G* g) {
   }
 }
 
-// Makes g the goroutine running on m (before the switch to it): its slice,
-// its stack, its status, curg. The caller switches to g->ctx with in_switch
-// set.
 // A new time slice on p: stamped (short slices only) before the tick is
 // published, so that sysmon never pairs a new tick with an old start.
 void StartSlice(P* p) {
@@ -1080,6 +1077,9 @@ void StartSlice(P* p) {
   p->schedtick.store(p->schedtick.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
+// Makes g the goroutine running on m (before the switch to it): its slice,
+// its stack, its status, curg. The caller switches to g->ctx with in_switch
+// set.
 void PrepareToRun(M* m, G* g, bool inherit) {
   P* p = m->p;
   if (!inherit || p->slice_spent) StartSlice(p);
