@@ -1775,35 +1775,41 @@ void ReacquireP(M* m, G* g) {
   ReacquirePOnSameThread(m, g);
 }
 
-// Takes p, which another M holds in a blocking region, for m and its
-// goroutine g, which carries on in a new slice; false if p is not held so.
-// The CAS on syscall_owner decides, as in sysmon's retake: the owner finds
-// the P gone when it leaves its region.
-bool TakePFromBlockedM(M* m, G* g, P* p) {
+bool RetakePFromSyscall(P* p, M* except) {
   M* owner = p->syscall_owner.load(std::memory_order_acquire);
-  if (owner == nullptr || owner == m ||
+  if (owner == nullptr || owner == except ||
       !p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
     return false;
   }
+  // Ours now: the owner will find it gone when it leaves its region.
   trace::PHandoff(p, __atomic_load_n(&owner->curg, __ATOMIC_ACQUIRE), trace::HandoffWhy::kSyscall);
   p->status.store(P::Status::kIdle, std::memory_order_release);
   p->m.store(nullptr, std::memory_order_release);
-  AcquireP(m, p);
-  StartSlice(p);
+  return true;
+}
+
+namespace {
+// g, which got m's P (just acquired) without a switch, runs on in a new
+// slice: the P ran nothing of g's meanwhile, and its old slice, timed from
+// before that, would be preempted at once (AcquireP's slice_spent is seen
+// only by a switch). A request made while g had no P was to bring it here.
+void RunOnInANewSlice(M* m, G* g) {
+  StartSlice(m->p);
   g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
-  trace::GoStart(p, g);
+  trace::GoStart(m->p, g);
+}
+}  // namespace
+
+bool TakePFromBlockedM(M* m, G* g, P* p) {
+  if (!RetakePFromSyscall(p, /*except=*/m)) return false;
+  AcquireP(m, p);
+  RunOnInANewSlice(m, g);
   return true;
 }
 
 void ReacquirePOnSameThread(M* m, G* g) {
   if (TryAcquireIdleP(m)) {
-    // g runs on, on this P from now, in a new slice: the P ran nothing while
-    // it was idle, and its old slice, timed from before that, would be
-    // preempted at once (AcquireP's slice_spent is seen only by a switch).
-    // A request made while g ran without a P was to bring it here.
-    StartSlice(m->p);
-    g->stackguard0.store(g->stack.lo + kStackGuardMargin, std::memory_order_relaxed);
-    trace::GoStart(m->p, g);
+    RunOnInANewSlice(m, g);
     return;
   }
   bool wired = g->locked_m != nullptr;

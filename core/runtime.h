@@ -786,6 +786,12 @@ bool TryAcquireIdleP(M* m);
 // LockOSThread hand-off). Not moving keeps thread-local state - errno, whose
 // address the compiler may have computed before the call - valid.
 void ReacquirePOnSameThread(M* m, G* g);
+// If an M other than `except` holds p in a blocking region, takes p from it
+// (the CAS on syscall_owner decides; the owner finds the P gone when it
+// leaves its region) and leaves it kIdle with no M, for the caller to hand
+// on or acquire; false if p is not held so. Sysmon's retake, and
+// TakePFromBlockedM.
+bool RetakePFromSyscall(P* p, M* except);
 // Takes p, which another M holds in a blocking region, for m and its
 // goroutine g, which carries on in a new slice; false if p is not held so.
 bool TakePFromBlockedM(M* m, G* g, P* p);

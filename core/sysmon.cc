@@ -516,13 +516,7 @@ void SysmonLoop() {
           until_expiry = std::min({until_expiry, ps[i].syscall_since + kSyscallIdleHandoffNs - now, until_timer});
           continue;
         }
-        M* owner = p->syscall_owner.load(std::memory_order_acquire);
-        if (owner != nullptr &&
-            p->syscall_owner.compare_exchange_strong(owner, nullptr, std::memory_order_acq_rel)) {
-          // Ours now: the M will find it gone when it leaves the region.
-          trace::PHandoff(p, __atomic_load_n(&owner->curg, __ATOMIC_ACQUIRE), trace::HandoffWhy::kSyscall);
-          p->status.store(P::Status::kIdle, std::memory_order_release);
-          p->m.store(nullptr, std::memory_order_release);
+        if (RetakePFromSyscall(p, /*except=*/nullptr)) {
           if (HandoffP(p)) sched.handoffs.fetch_add(1, std::memory_order_relaxed);  // not when it went idle
           // The goroutine the P goes to may block in a marked call of its
           // own at once (many goroutines taking turns at blocking calls):
