@@ -36,9 +36,9 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 
-// The assembly of arch/ (the unwind test below looks at their unwind info).
-extern "C" void goro_switch_context();
-extern "C" void goro_start_context();
+// The assembly of arch/ (the unwind test below looks at their unwind info):
+// goro::arch::goro_switch_context and goro_start_context come from
+// arch/context.h (through core/runtime.h).
 extern "C" void goro_async_preempt();
 
 // libgcc's FDE lookup (unwind-dw2-fde.h, not installed): the unwind entry of
@@ -778,8 +778,8 @@ __attribute__((noinline, optimize("no-omit-frame-pointer"))) void StepThisThread
 [[noreturn]] void UnwindEverywhereChild() {
   constexpr uint64_t kSwitchRets = 20, kTrampolineRets = 3;
   goro_test::Watchdog dog(absl::Seconds(90));
-  probe.switch_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_switch_context));
-  probe.start_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_start_context));
+  probe.switch_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro::arch::goro_switch_context));
+  probe.start_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro::arch::goro_start_context));
   probe.trampoline_fn = FunctionOf(reinterpret_cast<uintptr_t>(&goro_async_preempt));
   probe.main_thread_fn = OutermostFunction();
   std::thread([] { probe.thread_fn = OutermostFunction(); }).join();
@@ -830,11 +830,11 @@ __attribute__((noinline, optimize("no-omit-frame-pointer"))) void StepThisThread
           goro_test::U(probe.trampoline_rets.load()), goro_test::U(probe.bad.load()));
   if (probe.bad.load() != 0) {
     const auto pc = probe.bad_pc.load();
-    const auto off = [pc](void (*f)()) { return static_cast<long>(pc - reinterpret_cast<uintptr_t>(f)); };
+    const auto off = [pc](auto* f) { return static_cast<long>(pc - reinterpret_cast<uintptr_t>(f)); };
     fprintf(stderr,
             "first bad walk: before goro_switch_context%+ld = goro_async_preempt%+ld: code %d after %d frames, "
             "%s the stepped instruction, last frame at %#lx after one at %#lx\n",
-            off(goro_switch_context), off(goro_async_preempt), probe.bad_rc.load(), probe.bad_frames.load(),
+            off(&goro::arch::goro_switch_context), off(&goro_async_preempt), probe.bad_rc.load(), probe.bad_frames.load(),
             probe.bad_saw_pc.load() ? "through" : "not through", static_cast<unsigned long>(probe.bad_last.load()),
             static_cast<unsigned long>(probe.bad_outer.load()));
     _exit(1);
