@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/base/thread_annotations.h"
 #include "arch/context.h"
 
 namespace goro::internal {
@@ -44,6 +45,47 @@ class SpinLock {
 
  private:
   std::atomic<uint32_t> word_{0};
+};
+
+// The scheduler's lock (sched.mu): held for a few hundred nanoseconds, but
+// taken by every P whenever the global run queue is in use, so under load
+// it is contended all the time. It spins first, as Go's lock_futex does
+// (a few rounds of PAUSE, then one sched_yield), and only then sleeps on
+// the word with futex(2): a holder the OS has descheduled must not have a
+// hundred returning system calls spinning behind it. absl::Mutex, which it
+// replaced, spent half its time in futex waits and wakes when 2 Ps took
+// turns at the global queue (yield_many: 2.2x Go's time per Yield).
+class ABSL_LOCKABLE RuntimeMutex {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    uint32_t v = kFree;
+    if (!word_.compare_exchange_strong(v, kHeld, std::memory_order_acquire, std::memory_order_relaxed)) {
+      LockSlow();
+    }
+  }
+  void Unlock() ABSL_UNLOCK_FUNCTION() {
+    if (word_.exchange(kFree, std::memory_order_release) == kSleepers) WakeOne();
+  }
+
+ private:
+  static constexpr uint32_t kFree = 0;
+  static constexpr uint32_t kHeld = 1;
+  static constexpr uint32_t kSleepers = 2;  // held, and someone may sleep on the word
+  void LockSlow();
+  void WakeOne();
+  std::atomic<uint32_t> word_{kFree};
+};
+
+// absl::MutexLock for a RuntimeMutex.
+class ABSL_SCOPED_LOCKABLE RuntimeMutexLock {
+ public:
+  explicit RuntimeMutexLock(RuntimeMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  ~RuntimeMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  RuntimeMutexLock(const RuntimeMutexLock&) = delete;
+  RuntimeMutexLock& operator=(const RuntimeMutexLock&) = delete;
+
+ private:
+  RuntimeMutex* const mu_;
 };
 
 }  // namespace goro::internal

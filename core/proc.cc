@@ -149,7 +149,8 @@
 // * Goroutine ids come from per-P batches and counters are per P, so spawning
 //   touches no shared cache line except when a batch runs out.
 // * A runtime lock (core/lock.h) spins and then yields the thread: holders
-//   never block or switch while holding one.
+//   never block or switch while holding one. sched.mu, which every P takes
+//   for the global queue, spins and then sleeps on a futex (RuntimeMutex).
 
 #include <pthread.h>
 #include <sched.h>
@@ -532,7 +533,7 @@ void RunqPut(P* p, G* g, bool next) {
     G* batch[RunQueue::kSize / 2 + 1];
     uint32_t n = p->runq.TakeHalf(g, batch);
     if (n == 0) continue;  // thieves made room
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     GlobrunqPutBatchLocked(batch, n);
     return;
   }
@@ -657,7 +658,7 @@ void* TemplateThreadMain(void*) {
     M* list;
     int nthreads;
     {
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       list = newm_list;
       newm_list = nullptr;
       newm_waiting = list == nullptr;
@@ -700,7 +701,7 @@ void NewM(P* p, bool spinning) {
   bool wake_template = false;
   int nthreads;
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     if (++sched.mcount > kMaxThreads) Fatal(absl::StrCat("thread limit of ", kMaxThreads, " exhausted"));
     nthreads = sched.mcount;
     m->alllink.store(sched.allm.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -726,7 +727,7 @@ void NewM(P* p, bool spinning) {
 void StartM(P* p, bool spinning) {
   M* m;
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     if (p == nullptr) {
       p = PidleGetLocked();
       if (p == nullptr) {
@@ -773,7 +774,7 @@ void ResetSpinning(M* m) {
 // Puts m on the idle list and sleeps until someone hands it a P.
 void StopM(M* m) {
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     m->sched_link = sched.midle;
     sched.midle = m;
     sched.nmidle++;
@@ -884,13 +885,13 @@ G* FindRunnable(M* m, bool* inherit) {
     if (p->global_turn_due && !timer_readied) {
       p->global_turn_due = false;
       if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
-        absl::MutexLock lock(&sched.mu);
+        RuntimeMutexLock lock(&sched.mu);
         if (G* g = GlobrunqGetLocked(p, 1)) return g;
       }
     }
     if (G* g = p->runq.Get(inherit)) return g;
     if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       if (G* g = GlobrunqGetLocked(p, 0)) return g;
     }
     // Ready I/O, without blocking, if nobody is blocked polling already.
@@ -913,7 +914,7 @@ G* FindRunnable(M* m, bool* inherit) {
 
     // Nothing to do: give up the P.
     {
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       if (G* g = GlobrunqGetLocked(p, 0)) return g;
       m->p = nullptr;
       PidlePutLocked(p);
@@ -928,7 +929,7 @@ G* FindRunnable(M* m, bool* inherit) {
       if (found) {
         P* np;
         {
-          absl::MutexLock lock(&sched.mu);
+          RuntimeMutexLock lock(&sched.mu);
           np = PidleGetLocked();
         }
         if (np != nullptr) {
@@ -946,7 +947,7 @@ G* FindRunnable(M* m, bool* inherit) {
     bool poll = NetpollInited() && sched.netpoll_waiters.load() > 0;
     bool timer_sleep = false;
     if (next != 0 || poll) {
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       if (sched.timer_sleeper == nullptr) {
         sched.timer_sleeper = m;
         sched.sleeper_polls = poll;
@@ -972,7 +973,7 @@ G* FindRunnable(M* m, bool* inherit) {
       }
       P* np;
       {
-        absl::MutexLock lock(&sched.mu);
+        RuntimeMutexLock lock(&sched.mu);
         sched.timer_sleeper = nullptr;
         sched.sleeper_polls = false;
         sched.poll_until.store(0);
@@ -1155,7 +1156,7 @@ G* FinishSwitchOnG0(M* m) {
         // Goroutines wait in the global queue (preempted ones do): queue
         // behind them, as Go's Gosched does, or frequent yielders would
         // outrank every preempted goroutine.
-        absl::MutexLock lock(&sched.mu);
+        RuntimeMutexLock lock(&sched.mu);
         GlobrunqPutLocked(g);
       } else {
         RunqPut(m->p, g, false);
@@ -1166,7 +1167,7 @@ G* FinishSwitchOnG0(M* m) {
       // P: this is what spreads CPU hogs fairly over all Ps.
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
       m->p->slice_spent = true;
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       g->spent_slice = true;
       g->spent_on = m->p->id;
       GlobrunqPutLocked(g);
@@ -1177,7 +1178,7 @@ G* FinishSwitchOnG0(M* m) {
       // to take: queue the goroutine globally; ScheduleOnG0 parks this M.
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
       {
-        absl::MutexLock lock(&sched.mu);
+        RuntimeMutexLock lock(&sched.mu);
         GlobrunqPutLocked(g);
       }
       WakeP();
@@ -1223,7 +1224,7 @@ G* StopLockedM(M* m) {
     HandoffP(p);
   }
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     sched.nmlocked++;  // StartLockedM un-counts it, before waking it
     // This M may be the last to stop: the others went idle while it still
     // counted as running, so their checks passed.
@@ -1252,7 +1253,7 @@ void StartLockedM(M* m, G* g) {
   {
     // Running from this moment: were it still counted asleep, StopM below
     // could find every M idle and report a deadlock before lm wakes.
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     sched.nmlocked--;
   }
   lm->park.Wakeup();
@@ -1277,7 +1278,7 @@ void RetireMOnG0(M* m) {
     p->m = nullptr;
     HandoffP(p);  // an M it starts comes from the template thread (NewM)
   }
-  absl::MutexLock lock(&sched.mu);
+  RuntimeMutexLock lock(&sched.mu);
   sched.mcount--;
   M* prev = nullptr;
   M* x = sched.allm.load(std::memory_order_relaxed);
@@ -1322,7 +1323,7 @@ void ExitMThread(M* m) {
 // sleeps in StopLockedM until then. Under sched.mu, which orders
 // it with the thaw: a goroutine is either on the list the thaw takes or run.
 bool FreezeOnG0(G* g) {
-  absl::MutexLock lock(&sched.mu);
+  RuntimeMutexLock lock(&sched.mu);
   if (!sched.frozen.load(std::memory_order_relaxed)) return false;
   g->wait_reason = WaitReason::kFrozenAtExit;
   g->wait_since = CoarseNanotime();
@@ -1346,7 +1347,7 @@ bool FreezeOnG0(G* g) {
 // wait for them; it never makes exit() wait for good.
 void ThawAfterExitFreeze() {
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     if (!sched.frozen.load(std::memory_order_relaxed)) return;  // another thread did
     sched.frozen.store(false, std::memory_order_release);
     while (G* g = sched.frozen_gs) {
@@ -1555,7 +1556,7 @@ void FatalIfEndingInsideAMarkedRegion(G* g) {
 }
 
 void CheckDeadlock() {
-  absl::MutexLock lock(&sched.mu);
+  RuntimeMutexLock lock(&sched.mu);
   CheckDeadLocked(/*report_now=*/true);
 }
 
@@ -1624,7 +1625,7 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
 bool TryAcquireIdleP(M* m) {
   P* p;
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     p = PidleGetLocked();
   }
   if (p == nullptr) return false;
@@ -1659,7 +1660,7 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
     if (!g->external_uncounted && sched.external_awake.fetch_sub(1) == 1) {  // Ready counts it awake again
       // The last awake plain thread going to sleep may be what completes a
       // deadlock (the Ms may all have gone idle before it parked).
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       CheckDeadLocked();
     }
     g->note.Sleep();
@@ -1694,7 +1695,7 @@ void Ready(G* g) {
   if (m != nullptr && m->p != nullptr) {
     RunqPut(m->p, g, true);
   } else {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     GlobrunqPutLocked(g);
   }
   if (m != nullptr && m->running_timers) {
@@ -1872,7 +1873,7 @@ bool HandoffP(P* p) {
     return true;
   }
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     PidlePutLocked(p);
   }
   // Its timers now need the timer sleeper.
@@ -1889,7 +1890,7 @@ void WakeForTimer(int64_t when) {
   int64_t until = sched.poll_until.load();
   if (until != 0) {
     if (when < until) {
-      absl::MutexLock lock(&sched.mu);
+      RuntimeMutexLock lock(&sched.mu);
       if (sched.timer_sleeper != nullptr) {
         if (sched.sleeper_polls) {
           NetpollBreak();
@@ -1912,7 +1913,7 @@ void WakeForTimer(int64_t when) {
 // sees it when it next looks.
 void WakeNetpoller() {
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     if (sched.timer_sleeper != nullptr) {
       // In epoll_wait, or on its way there; else asleep on its note until a
       // timer: woken, it takes a P and re-decides (as in FindRunnable).
@@ -1937,7 +1938,7 @@ void InjectGList(G* list) {
       RunqPut(p, g, false);
     }
   } else {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     while (G* g = list) {
       list = g->sched_link;
       g->sched_link = nullptr;
@@ -2015,7 +2016,7 @@ void NewProc(const ClosureOps* ops, void* f) {
     sched.created_off_p.fetch_add(1, std::memory_order_relaxed);
     g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
     trace::GoCreate(nullptr, g);
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     GlobrunqPutLocked(g);
   }
   WakeP();
@@ -2230,7 +2231,7 @@ void EnsureStarted(const Options& opts) {
   PreloadUnwinder();
   if (o.async_preemption) InstallPreemptHandler(o.preempt_signal);
   {
-    absl::MutexLock sl(&sched.mu);
+    RuntimeMutexLock sl(&sched.mu);
     for (int i = 0; i < sched.nprocs; ++i) {
       P* p = new P();
       p->id = i;
@@ -2289,7 +2290,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     // Known and awake before it counts as a waiter: until its goroutine is on
     // a queue, it is the only sign that anything is about to happen.
     internal::CurrentG();
-    absl::MutexLock lock(&sched.mu);
+    internal::RuntimeMutexLock lock(&sched.mu);
     sched.run_waiters++;
     if (sched.exiting.load(std::memory_order_acquire)) {
       during_exit = true;
@@ -2306,7 +2307,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     if (from_thread) {
       // Stop counting as a waiter while this goroutine still runs, so that no
       // M can see the caller waiting after its goroutine has finished.
-      absl::MutexLock lock(&sched.mu);
+      internal::RuntimeMutexLock lock(&sched.mu);
       sched.run_waiters--;
       if (during_exit) sched.exit_run_waiters--;
     }
@@ -2400,7 +2401,7 @@ Stats GetStats() {
   s.preempt_signals_sent = sched.preempt_signals_sent.load(std::memory_order_relaxed);
   s.handoffs = sched.handoffs.load(std::memory_order_relaxed);
   s.procs = sched.nprocs;
-  absl::MutexLock lock(&sched.mu);
+  internal::RuntimeMutexLock lock(&sched.mu);
   s.threads = sched.mcount;
   return s;
 }

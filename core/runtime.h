@@ -425,7 +425,7 @@ inline constexpr int64_t kObservePerSlice = 8;
 inline constexpr int64_t kObserveMinNs = 250 * 1000;
 
 struct Sched {
-  absl::Mutex mu;
+  RuntimeMutex mu;
   // Global run queue: a ring of G pointers that grows by doubling. (An
   // intrusive list through the Gs would make taking a batch a chain of
   // dependent cache misses under the lock.)

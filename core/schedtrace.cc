@@ -53,7 +53,7 @@ GORO_NO_SANITIZE_THREAD void PrintSchedTrace(int64_t now, bool detail) {
   int mcount, nmidle, nmlocked, runq;
   std::vector<M*> idle_ms;
   {
-    absl::MutexLock lock(&sched.mu);
+    RuntimeMutexLock lock(&sched.mu);
     mcount = sched.mcount;
     nmidle = sched.nmidle;
     nmlocked = sched.nmlocked;

@@ -415,7 +415,7 @@ void StackFlushIdleCaches() {
   // A P on the idle list has no owner, and only PidleGetLocked, under
   // sched.mu, gives it one. The owner's last writes to its cache came before
   // PidlePutLocked (under sched.mu); the next owner's first come after.
-  absl::MutexLock lock(&sched.mu);
+  RuntimeMutexLock lock(&sched.mu);
   if (sched.pidle == nullptr) return;
   absl::MutexLock pool_lock(&pool.mu);
   for (P* p = sched.pidle; p != nullptr; p = p->link) {

@@ -1797,7 +1797,7 @@ TEST(PreemptSafetyTest, AltStackSetByAGoroutineStaysWithItsThread) {
 // to no M, so the restore gave it to the kernel and the signal killed the
 // process with SIGSEGV.
 int IdleMs() {
-  absl::MutexLock lock(&goro::internal::sched.mu);
+  goro::internal::RuntimeMutexLock lock(&goro::internal::sched.mu);
   return goro::internal::sched.nmidle;
 }
 
