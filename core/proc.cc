@@ -408,13 +408,15 @@ const char* WaitReasonString(WaitReason r) {
 
 namespace {
 
-void GlobrunqPutLocked(G* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
+// `spent_on`: the P a preempted goroutine left (GlobalRunqEntry).
+void GlobrunqPutLocked(G* g, int32_t spent_on = GlobalRunqEntry::kNotSpent)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
   size_t size = static_cast<size_t>(sched.runq_size.load(std::memory_order_relaxed));
-  std::vector<G*>& q = sched.runq;
+  std::vector<GlobalRunqEntry>& q = sched.runq;
   if (size == q.size()) {  // full: unroll into a ring twice the size
     // Out of memory here would lose the goroutines a caller is moving (a
     // batch from a full local queue): fatal, not an exception.
-    std::vector<G*> bigger;
+    std::vector<GlobalRunqEntry> bigger;
     try {
       bigger.resize(q.size() * 2);
     } catch (const std::bad_alloc&) {
@@ -424,15 +426,14 @@ void GlobrunqPutLocked(G* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
     q.swap(bigger);
     sched.runq_head = 0;
   }
-  q[(sched.runq_head + size) % q.size()] = g;
+  q[(sched.runq_head + size) % q.size()] = GlobalRunqEntry{g, spent_on};
   sched.runq_size.store(static_cast<int32_t>(size + 1), std::memory_order_relaxed);
 }
 
 G* GlobrunqPopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
-  G* g = sched.runq[sched.runq_head];
+  G* g = sched.runq[sched.runq_head].g;
   sched.runq_head = (sched.runq_head + 1) % sched.runq.size();
   sched.runq_size.fetch_sub(1, std::memory_order_relaxed);
-  g->spent_slice = false;
   return g;
 }
 
@@ -449,10 +450,10 @@ void GlobrunqPutBatchLocked(G** batch, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED
 // hybrid cores) one half gets less work done in the same time. The swap moves
 // a goroutine by one place in the rotation, never more.
 void AvoidSameP(P* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) {
-  std::vector<G*>& q = sched.runq;
-  G*& first = q[sched.runq_head];
-  G*& second = q[(sched.runq_head + 1) % q.size()];
-  if (first->spent_slice && first->spent_on == p->id && second->spent_slice && second->spent_on != p->id) {
+  std::vector<GlobalRunqEntry>& q = sched.runq;
+  GlobalRunqEntry& first = q[sched.runq_head];
+  GlobalRunqEntry& second = q[(sched.runq_head + 1) % q.size()];
+  if (first.spent_on == p->id && second.spent_on != GlobalRunqEntry::kNotSpent && second.spent_on != p->id) {
     std::swap(first, second);
   }
 }
@@ -469,7 +470,7 @@ G* GlobrunqGetLocked(P* p, int32_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sched.mu) 
   if (max > 0 && n > max) n = max;
   n = std::min<int32_t>(n, RunQueue::kSize / 2);
   G* g = GlobrunqPopLocked();
-  for (int32_t i = 1; i < n && !sched.runq[sched.runq_head]->spent_slice; ++i) {
+  for (int32_t i = 1; i < n && sched.runq[sched.runq_head].spent_on == GlobalRunqEntry::kNotSpent; ++i) {
     if (!p->runq.PutTail(GlobrunqPopLocked())) Fatal("GlobrunqGet: local run queue overflow");
   }
   return g;
@@ -1168,9 +1169,7 @@ G* FinishSwitchOnG0(M* m) {
       g->status.store(GStatus::kRunnable, std::memory_order_relaxed);
       m->p->slice_spent = true;
       RuntimeMutexLock lock(&sched.mu);
-      g->spent_slice = true;
-      g->spent_on = m->p->id;
-      GlobrunqPutLocked(g);
+      GlobrunqPutLocked(g, m->p->id);
       return nullptr;
     }
     case SwitchRequest::kSyscallExit: {

@@ -209,10 +209,6 @@ struct alignas(64) G {
   // before the G is queued (or by itself); atomic because the exit handler
   // reads it for the goroutine it finds running on another thread.
   std::atomic<bool> runs_during_exit{false};
-  // In the global queue because it was preempted (guarded by sched.mu): a
-  // P takes such a goroutine alone, never in a batch into its ring.
-  bool spent_slice = false;
-  int32_t spent_on = -1;  // with spent_slice: the id of the P it was preempted from
   // Marked blocking regions entered and not left (core/syscall.cc): only the
   // outermost one enters and leaves the syscall state. An outermost region
   // that kept the P counts kSyscallKeptP instead of 1. The goroutine's own.
@@ -424,12 +420,23 @@ inline constexpr int64_t kObservedSliceMinNs = 4 * 1000 * 1000;
 inline constexpr int64_t kObservePerSlice = 8;
 inline constexpr int64_t kObserveMinNs = 250 * 1000;
 
+// An entry of the global run queue. A goroutine put there because it was
+// preempted carries the id of the P it left: a P takes such a goroutine
+// alone, never in a batch into its ring. (In the entry, not the G: reading
+// each G's flag made taking a batch a cache miss per goroutine under
+// sched.mu.)
+struct GlobalRunqEntry {
+  G* g;
+  int32_t spent_on;  // the P it was preempted from, or kNotSpent
+  static constexpr int32_t kNotSpent = -1;
+};
+
 struct Sched {
   RuntimeMutex mu;
-  // Global run queue: a ring of G pointers that grows by doubling. (An
-  // intrusive list through the Gs would make taking a batch a chain of
-  // dependent cache misses under the lock.)
-  std::vector<G*> runq ABSL_GUARDED_BY(mu) = std::vector<G*>(1024);
+  // Global run queue: a ring that grows by doubling. (An intrusive list
+  // through the Gs would make taking a batch a chain of dependent cache
+  // misses under the lock.)
+  std::vector<GlobalRunqEntry> runq ABSL_GUARDED_BY(mu) = std::vector<GlobalRunqEntry>(1024);
   size_t runq_head ABSL_GUARDED_BY(mu) = 0;  // index of the oldest
   std::atomic<int32_t> runq_size{0};  // written under mu; read racily as a hint
   // Idle Ms and Ps.
