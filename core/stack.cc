@@ -52,7 +52,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
 #include "goro/preempt.h"
@@ -110,7 +109,12 @@ struct StackBatch {
 // seen since the last scavenge: that many sat unused for the whole interval,
 // so giving back their pages costs nothing that was about to be used.
 struct StackPool {
-  absl::Mutex mu;
+  // Taken on g0 when a P's cache runs dry, by several Ps at once in a burst
+  // of spawns: a RuntimeMutex, like sched.mu. (An absl::Mutex also made the
+  // scheduler create Abseil's per-thread identity on a new M's first stack,
+  // which blocks every signal for a moment; PreemptTest's single-stepped
+  // thread died of its own SIGTRAP there.)
+  RuntimeMutex mu;
   std::deque<Stack> dirty ABSL_GUARDED_BY(mu);
   std::vector<StackBatch*> partial ABSL_GUARDED_BY(mu);
   std::vector<StackBatch*> whole ABSL_GUARDED_BY(mu);
@@ -203,7 +207,7 @@ void StackMapBatch(Stack* out, int64_t goid) {
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (base == MAP_FAILED) FatalStackMap(goid, errno, total);
   {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     uintptr_t b = reinterpret_cast<uintptr_t>(base);
     pool.batches.emplace(b, StackBatch{b});
   }
@@ -298,13 +302,13 @@ void UnmapBatches(std::vector<StackBatch*>& v) {
     // after that would drop the live batch's record.
     const uintptr_t base = v[i]->base;
     {
-      absl::MutexLock lock(&pool.mu);
+      RuntimeMutexLock lock(&pool.mu);
       for (size_t k = i; k < j; ++k) pool.batches.erase(v[k]->base);  // v[i, j) dangle from here
     }
     if (munmap(reinterpret_cast<void*>(base), (j - i) * each) == 0) {
       stacks_mapped.fetch_sub(static_cast<int64_t>((j - i) * kMapBatch), std::memory_order_relaxed);
     } else if (errno == ENOMEM) {
-      absl::MutexLock lock(&pool.mu);  // still mapped: recorded again
+      RuntimeMutexLock lock(&pool.mu);  // still mapped: recorded again
       for (size_t k = i; k < j; ++k) {
         const uintptr_t b = base + (k - i) * each;
         v[refused++] = &pool.batches.emplace(b, StackBatch{b}).first->second;
@@ -316,7 +320,7 @@ void UnmapBatches(std::vector<StackBatch*>& v) {
     i = j;
   }
   if (refused == 0) return;
-  absl::MutexLock lock(&pool.mu);
+  RuntimeMutexLock lock(&pool.mu);
   for (size_t k = 0; k < refused; ++k) {
     v[k]->clean = kWholeBatch;
     SlotAdd(pool.whole, v[k]);
@@ -359,7 +363,7 @@ Stack StackAlloc(P* p, int64_t goid) {
     return s;
   }
   {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     // Refill half the cache in one go, so the lock is taken once per batch;
     // dirty stacks (pages still there) first.
     while (p->stack_cache_n < kStackCacheSize / 2) {
@@ -390,7 +394,7 @@ void StackFree(P* p, Stack s) {
   // The cache is full: move its older half, plus s, to the global pool. No
   // system call here: the scavenger gives pages back later.
   int keep = kStackCacheSize / 2;
-  absl::MutexLock lock(&pool.mu);
+  RuntimeMutexLock lock(&pool.mu);
   pool.dirty.push_back(s);
   for (int i = 0; i < kStackCacheSize - keep; ++i) pool.dirty.push_back(p->stack_cache[i]);
   for (int i = 0; i < keep; ++i) p->stack_cache[i] = p->stack_cache[kStackCacheSize - keep + i];
@@ -402,7 +406,7 @@ void StackTrimCache(P* p) {
   p->stack_cache_trim.store(false, std::memory_order_relaxed);
   const int unused = std::min(p->stack_cache_low, p->stack_cache_n);
   if (unused > 0) {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     // Oldest first, as StackFree spills them.
     for (int i = 0; i < unused; ++i) pool.dirty.push_back(p->stack_cache[i]);
   }
@@ -417,7 +421,7 @@ void StackFlushIdleCaches() {
   // PidlePutLocked (under sched.mu); the next owner's first come after.
   RuntimeMutexLock lock(&sched.mu);
   if (sched.pidle == nullptr) return;
-  absl::MutexLock pool_lock(&pool.mu);
+  RuntimeMutexLock pool_lock(&pool.mu);
   for (P* p = sched.pidle; p != nullptr; p = p->link) {
     // Oldest first: the cache's top (its hottest) ends up the pool's newest.
     for (int i = 0; i < p->stack_cache_n; ++i) pool.dirty.push_back(p->stack_cache[i]);
@@ -432,7 +436,7 @@ int64_t StacksInUse() {
   // The P caches belong to their Ps: racy reads, exact when all are idle.
   for (P* p : sched.allp) idle += __atomic_load_n(&p->stack_cache_n, __ATOMIC_RELAXED);
   {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     idle += static_cast<int64_t>(pool.dirty.size() + pool.clean);
   }
   return stacks_mapped.load(std::memory_order_relaxed) - idle;
@@ -440,16 +444,15 @@ int64_t StacksInUse() {
 
 bool StackScavenge(bool all) {
   // Sysmon calls it, and tests from goroutines: a goroutine preempted while
-  // it holds pool.mu would park with it held, and leave its thread holding
-  // it to Abseil's deadlock detector, which then sees sched.mu taken under
-  // it on g0. (Not a RuntimeScope: on sysmon's thread, which has no M, that
+  // it holds pool.mu would park with it held, and g0 on its thread, which
+  // takes pool.mu for a stack, would wait for it for ever. (Not a RuntimeScope: on sysmon's thread, which has no M, that
   // would make it a plain thread's stand-in G.)
   NoPreemptScope no_preempt;
   std::vector<Stack> release;
   std::vector<StackBatch*> unmap;
   bool more;
   {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     size_t unused = all ? pool.dirty.size() : pool.low_water;
     size_t idle = unused > keep_dirty ? unused - keep_dirty : 0;
     more = idle > kScavengeBatch;
@@ -470,7 +473,7 @@ bool StackScavenge(bool all) {
   // shoot-down on every CPU the process runs on.
   ForEachRun(release, [](uintptr_t b, size_t len) { madvise(reinterpret_cast<void*>(b), len, MADV_DONTNEED); });
   {
-    absl::MutexLock lock(&pool.mu);
+    RuntimeMutexLock lock(&pool.mu);
     for (Stack x : release) CleanPutLocked(x);
     // Keep up to KeepMapped() clean stacks reserved; above that, unmap
     // batches none of whose stacks is in use, a bounded number per call.
