@@ -1,10 +1,11 @@
 // Channels and select (include/goro/chan.h), after Go's chan.go and select.go.
 //
 // A channel is a lock, a ring buffer of `cap` elements, and two queues of
-// waiting goroutines (receivers, senders). A waiter is a Sudog on the waiting
-// goroutine's stack that says where its element is. When a sender finds a
-// waiting receiver it moves its value straight into the receiver's
-// std::optional, and vice versa, so an unbuffered hand-off copies once.
+// waiting goroutines (receivers, senders). A waiter is a Sudog, in a wait
+// record of the waiting goroutine (core/wait_record.h), that says where its
+// element is. When a sender finds a waiting receiver it moves its value
+// straight into the receiver's std::optional, and vice versa, so an
+// unbuffered hand-off copies once.
 //
 // A channel lives while anything refers to it, as in Go, where a waiter's
 // stack keeps the channel it waits on alive. Each Chan handle holds a
@@ -35,6 +36,7 @@
 #include "core/chan_internal.h"
 #include "core/fatal.h"
 #include "core/runtime.h"
+#include "core/wait_record.h"
 
 namespace goro::internal {
 
@@ -249,13 +251,13 @@ void ChanSend(ChanCore* c, void* elem) {
     if (to_ready != nullptr) Ready(to_ready);
     return;
   }
-  Sudog s;
-  s.g = CurrentG();
-  s.elem = elem;
-  s.chan = c;
-  c->sendq.Push(&s);
+  WaitRecord<Sudog> s;
+  s->g = CurrentG();
+  s->elem = elem;
+  s->chan = c;
+  c->sendq.Push(s.get());
   Park(WaitReason::kChanSend, UnlockChan, c);
-  if (!s.success) FatalG("send on closed channel");
+  if (!s->success) FatalG("send on closed channel");
 }
 
 bool ChanOffer(ChanCore* c, void* elem) {
@@ -278,11 +280,11 @@ void ChanRecv(ChanCore* c, void* out) {
     if (to_ready != nullptr) Ready(to_ready);
     return;
   }
-  Sudog s;
-  s.g = CurrentG();
-  s.elem = out;
-  s.chan = c;
-  c->recvq.Push(&s);
+  WaitRecord<Sudog> s;
+  s->g = CurrentG();
+  s->elem = out;
+  s->chan = c;
+  c->recvq.Push(s.get());
   Park(WaitReason::kChanReceive, UnlockChan, c);
 }
 
@@ -345,13 +347,13 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   // Poll order: a random permutation of the cases with non-nil channels.
   int order_buf[64];
   ChanCore* lock_buf[64];
-  Sudog sudog_buf[16];
+  Sudog* sudog_buf[16];  // in wait records, taken in pass 2
   std::unique_ptr<int[]> order_heap;
   std::unique_ptr<ChanCore*[]> lock_heap;
-  std::unique_ptr<Sudog[]> sudog_heap;
+  std::unique_ptr<Sudog*[]> sudog_heap;
   int* order = order_buf;
   ChanCore** locks = lock_buf;
-  Sudog* sudogs = sudog_buf;
+  Sudog** sudogs = sudog_buf;
   if (n > 64) {
     order_heap.reset(new int[n]);
     lock_heap.reset(new ChanCore*[n]);
@@ -359,7 +361,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     locks = lock_heap.get();
   }
   if (n > 16) {
-    sudog_heap.reset(new Sudog[n]);
+    sudog_heap.reset(new Sudog*[n]);
     sudogs = sudog_heap.get();
   }
   int npoll = 0;
@@ -429,8 +431,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   g->param = nullptr;
   for (int k = 0; k < npoll; ++k) {
     int i = order[k];
-    Sudog* s = &sudogs[k];
-    *s = Sudog{};
+    Sudog* s = sudogs[k] = new (WaitRecordAlloc()) Sudog{};
     s->g = g;
     s->elem = cases[i].elem;
     s->chan = cases[i].chan;
@@ -448,7 +449,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   g->param = nullptr;
   lock_all();
   for (int k = 0; k < npoll; ++k) {
-    Sudog* s = &sudogs[k];
+    Sudog* s = sudogs[k];
     if (s == winner) continue;
     if (cases[s->case_index].dir == CaseDir::kSend) {
       s->chan->sendq.Remove(s);
@@ -459,10 +460,14 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   UnlockAll(nullptr, &park);
   for (int k = 0; k < nlocks; ++k) ChanUnref(locks[k]);
   if (winner == nullptr) Fatal("select: woken without a winning case");
-  if (cases[winner->case_index].dir == CaseDir::kSend && !winner->success) {
-    FatalG("send on closed channel");
+  const int won = winner->case_index;
+  const bool send_failed = cases[won].dir == CaseDir::kSend && !winner->success;
+  for (int k = 0; k < npoll; ++k) {
+    sudogs[k]->~Sudog();
+    WaitRecordFree(sudogs[k]);
   }
-  return winner->case_index;
+  if (send_failed) FatalG("send on closed channel");
+  return won;
 }
 
 }  // namespace goro::internal

@@ -330,6 +330,9 @@ struct M {
 };
 
 inline constexpr int kStackCacheSize = 64;
+// Slots a P keeps for wait records (core/wait_record.h); it trades half with
+// the shared list when it runs out or over.
+inline constexpr int kWaitRecordCacheSize = 64;
 inline constexpr int kGoidBatch = 16;
 
 struct P {
@@ -382,6 +385,10 @@ struct P {
   // Set by sysmon at each scavenge while the P is not idle: its owner trims
   // the cache at its next schedule (FindRunnable), as sysmon cannot.
   std::atomic<bool> stack_cache_trim{false};
+  // Free wait-record slots (core/wait_record.h). WaitRecordsIdle reads the
+  // count racily.
+  void* wait_records[kWaitRecordCacheSize];
+  int wait_records_n = 0;
   G* gfree = nullptr;
   int gfree_n = 0;
   int64_t goid_next = 0, goid_end = 0;

@@ -1,6 +1,7 @@
 #include "core/sema.h"
 
 #include "core/fatal.h"
+#include "core/wait_record.h"
 
 namespace goro::internal {
 
@@ -67,23 +68,23 @@ void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReaso
     UnlockWord(q->lock);
     return;
   }
-  SemaWaiter w;
+  WaitRecord<SemaWaiter> w;
   LockWord(q->lock);
   if (CanAcquire(count)) {
     UnlockWord(q->lock);
     return;
   }
   q->nwait.fetch_add(1, std::memory_order_relaxed);
-  w.g = CurrentG();
-  w.ticket = false;
-  Enqueue(q, &w, lifo);
+  w->g = CurrentG();
+  w->ticket = false;
+  Enqueue(q, w.get(), lifo);
   Park(reason, UnlockQueue, q);
-  if (!w.ticket) Fatal("SemAcquire: woken without a ticket");
+  if (!w->ticket) Fatal("SemAcquire: woken without a ticket");
 }
 
 // Releases n counts: to queued waiters first (tickets), the rest to *count.
-// The waiters are made runnable after the lock is dropped, from their own
-// stacks' records; nothing of the object is touched after UnlockWord.
+// The waiters are made runnable after the lock is dropped, from their
+// records; nothing of the object is touched after UnlockWord.
 void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff) {
   SemaWaiter* woken = nullptr;
   LockWord(q->lock);
@@ -100,7 +101,7 @@ void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool ha
   bool any = woken != nullptr;
   while (woken != nullptr) {
     SemaWaiter* next = woken->next;
-    G* g = woken->g;  // the record lives on g's stack: not touched once g may run
+    G* g = woken->g;  // g gives the record back once it runs: not touched after
     Ready(g);
     woken = next;
   }

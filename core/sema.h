@@ -2,7 +2,7 @@
 // (Go's runtime semaphores, sema.go).
 //
 // SemAcquire waits until *count > 0 and decrements it; SemRelease increments
-// it and wakes one waiter. Waiters live on their goroutines' stacks, queued on
+// it and wakes one waiter. Waiters' records (core/wait_record.h) are queued on
 // the SemaQueue that the Mutex or WaitGroup embeds next to its count. (Go
 // keeps one global table of queues hashed by address, because its Mutex must
 // stay 8 bytes; a C++ object can carry its own queue, which makes a wake-up

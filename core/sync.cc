@@ -5,6 +5,7 @@
 #include "core/fatal.h"
 #include "core/runtime.h"
 #include "core/sema.h"
+#include "core/wait_record.h"
 #include "goro/sync.h"
 
 namespace goro {
@@ -254,8 +255,8 @@ void Mutex::UnlockSlow(int32_t old) {
 // timers that may still do so, and ~CondVar waits until it is zero. Whoever
 // removes a timer before it fires drops its count: the waker of a parked
 // waiter, after dropping lock_ and before making it runnable (the record,
-// on the waiter's stack, is valid until then); the park commit of a waiter
-// woken while it was committing; ~CondVar for a waiter it detaches. A fired
+// which the waiter gives back once it runs, is valid until then); the park
+// commit of a waiter woken while it was committing; ~CondVar for a waiter it detaches. A fired
 // timer's callback drops it as its last touch of the CondVar. The timer is
 // added only in the park commit, so a waiter woken before its commit began
 // has none: its waker drops the count, under lock_. (That waiter may be
@@ -407,8 +408,8 @@ struct CondVarPark {
 // On g0, after the waiter switched away. A waker may have unlinked it since
 // it was enqueued, and the CondVar may be gone: only the waiter's record and
 // timer are touched. A successful CAS to kParked is the last touch of those
-// too, since a waker that sees kParked Readies the goroutine, on whose stack
-// they live. A waiter woken before the commit began has no timer, and its
+// too, since a waker that sees kParked Readies the goroutine, which then gives
+// the record back (core/wait_record.h) and ends the timer's frame. A waiter woken before the commit began has no timer, and its
 // waker dropped the count; one woken while committing takes its timer back
 // here, on g0, where nothing can freeze it at exit: ~CondVar may be waiting
 // for the count (which keeps the CondVar alive until the fetch_sub).
@@ -451,41 +452,41 @@ bool CondVar::WaitFor(Mutex& mu, absl::Duration d) { return WaitUntilNanos(mu, i
 bool CondVar::WaitUntilNanos(Mutex& mu, int64_t deadline_ns) {
   internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
-  Waiter w;
-  w.g = internal::CurrentG();
-  w.cv = this;
+  internal::WaitRecord<Waiter> w;
+  w->g = internal::CurrentG();
+  w->cv = this;
   internal::Timer timer;
   if (deadline_ns != 0) {
     timer.when = deadline_ns;
     timer.f = CondVarAccess::Timeout;
-    timer.arg = &w;
-    w.timer = &timer;
+    timer.arg = w.get();
+    w->timer = &timer;
   }
   internal::LockWord(lock_);
-  w.prev = tail_;
+  w->prev = tail_;
   if (tail_ != nullptr) {
-    tail_->next = &w;
+    tail_->next = w.get();
   } else {
-    head_ = &w;
+    head_ = w.get();
   }
-  tail_ = &w;
-  w.queued = true;
-  w.timed = deadline_ns != 0;
+  tail_ = w.get();
+  w->queued = true;
+  w->timed = deadline_ns != 0;
   // Counted under lock_, so that whoever unlinks w, and so may let the
   // CondVar be destroyed, has seen it.
-  if (w.timed) timers_.fetch_add(1, std::memory_order_relaxed);
+  if (w->timed) timers_.fetch_add(1, std::memory_order_relaxed);
   internal::UnlockWord(lock_);
   mu.Unlock();
 
-  CondVarPark park{&w, w.timer};
+  CondVarPark park{w.get(), w->timer};
   internal::Park(WaitReason::kCondVarWait, CommitCondVarPark, &park);
   // Whoever woke us removed the timer (and dropped its count), or it fired.
   // After DelTimer the timeout callback is not running either, so `w` may
-  // safely go away with this frame. (Were the timer still there, its count
+  // safely go back to its pool, and `timer` away with this frame. (Were the timer still there, its count
   // would be ours to drop, and would keep this CondVar alive until then.)
   if (deadline_ns != 0 && internal::DelTimer(&timer)) timers_.fetch_sub(1, std::memory_order_release);
   mu.Lock();
-  return w.signalled;
+  return w->signalled;
 }
 
 void CondVar::Signal() {

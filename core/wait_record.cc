@@ -1,0 +1,149 @@
+#include "core/wait_record.h"
+
+#include <vector>
+
+#include "core/fatal.h"
+#include "core/lock.h"
+#include "core/runtime.h"
+
+namespace goro::internal {
+
+namespace {
+
+// Slots are made this many at a time, in one block: the records of
+// goroutines that block together lie side by side. Blocks are never freed
+// (nor are Go's sudogs, short of a GC): a program that once had 100,000
+// goroutines blocked keeps 12.5 MiB of slots.
+constexpr int kSlotsPerBlock = 64;
+
+struct Shared {
+  SpinLock lock;
+  std::vector<void*> slots;  // guarded by lock
+  size_t made = 0;           // guarded by lock
+};
+// Constant-initialised: a plain thread's first wait may come before any
+// static constructor of this file has run.
+constinit Shared* shared_ptr = nullptr;
+constinit SpinLock shared_init;
+
+Shared& GetShared() {
+  Shared* s = __atomic_load_n(&shared_ptr, __ATOMIC_ACQUIRE);
+  if (s != nullptr) return *s;
+  shared_init.Lock();
+  if (shared_ptr == nullptr) __atomic_store_n(&shared_ptr, new Shared(), __ATOMIC_RELEASE);
+  shared_init.Unlock();
+  return *shared_ptr;
+}
+
+void Poison(void* slot) {
+#if defined(GORO_ASAN)
+  ASAN_POISON_MEMORY_REGION(slot, kWaitRecordSize);
+#else
+  (void)slot;
+#endif
+}
+
+void Unpoison(void* slot) {
+#if defined(GORO_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(slot, kWaitRecordSize);
+#else
+  (void)slot;
+#endif
+}
+
+// Appends a new block's slots to s.slots (s.lock held).
+void NewBlock(Shared& s) {
+  void* block = ::operator new(kWaitRecordSize * kSlotsPerBlock, std::align_val_t{kWaitRecordAlign},
+                               std::nothrow);
+  if (block == nullptr) Fatal("WaitRecordAlloc: out of memory for wait records");
+  for (int i = kSlotsPerBlock - 1; i >= 0; --i) {
+    void* slot = static_cast<char*>(block) + i * kWaitRecordSize;
+    Poison(slot);
+    s.slots.push_back(slot);
+  }
+  s.made += kSlotsPerBlock;
+}
+
+// The owner's writes of p->wait_records_n; WaitRecordsInUse reads it racily.
+void SetCount(P* p, int n) { __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED); }
+
+// Fills half of p's empty cache from the shared list, or from a new block.
+void Refill(P* p) {
+  Shared& s = GetShared();
+  s.lock.Lock();
+  if (s.slots.size() < static_cast<size_t>(kWaitRecordCacheSize / 2)) NewBlock(s);
+  for (int i = 0; i < kWaitRecordCacheSize / 2; ++i) {
+    p->wait_records[i] = s.slots.back();
+    s.slots.pop_back();
+  }
+  s.lock.Unlock();
+  SetCount(p, kWaitRecordCacheSize / 2);
+}
+
+// Moves the older half of p's full cache to the shared list.
+void Spill(P* p) {
+  Shared& s = GetShared();
+  constexpr int kHalf = kWaitRecordCacheSize / 2;
+  s.lock.Lock();
+  s.slots.insert(s.slots.end(), p->wait_records, p->wait_records + kHalf);
+  s.lock.Unlock();
+  for (int i = kHalf; i < p->wait_records_n; ++i) p->wait_records[i - kHalf] = p->wait_records[i];
+  SetCount(p, p->wait_records_n - kHalf);
+}
+
+P* CurrentP() {
+  M* m = CurrentM();
+  return m != nullptr ? m->p : nullptr;
+}
+
+}  // namespace
+
+// Each in a RuntimeScope of its own, which checks that the thread still
+// holds its P and keeps it until the scope ends (a goroutine's Run waits
+// outside one).
+void* WaitRecordAlloc() {
+  RuntimeScope scope;
+  void* slot;
+  if (P* p = CurrentP()) {
+    if (p->wait_records_n == 0) Refill(p);
+    slot = p->wait_records[p->wait_records_n - 1];
+    SetCount(p, p->wait_records_n - 1);
+  } else {
+    Shared& s = GetShared();
+    s.lock.Lock();
+    if (s.slots.empty()) NewBlock(s);
+    slot = s.slots.back();
+    s.slots.pop_back();
+    s.lock.Unlock();
+  }
+  Unpoison(slot);
+  return slot;
+}
+
+void WaitRecordFree(void* slot) {
+  RuntimeScope scope;
+  Poison(slot);
+  if (P* p = CurrentP()) {
+    if (p->wait_records_n == kWaitRecordCacheSize) Spill(p);
+    p->wait_records[p->wait_records_n] = slot;
+    SetCount(p, p->wait_records_n + 1);
+    return;
+  }
+  Shared& s = GetShared();
+  s.lock.Lock();
+  s.slots.push_back(slot);
+  s.lock.Unlock();
+}
+
+int64_t WaitRecordsInUse() {
+  int64_t idle = 0;
+  for (P* p : sched.allp) idle += __atomic_load_n(&p->wait_records_n, __ATOMIC_RELAXED);
+  Shared& s = GetShared();
+  s.lock.Lock();
+  const int64_t made = static_cast<int64_t>(s.made);
+  idle += static_cast<int64_t>(s.slots.size());
+  s.lock.Unlock();
+  return made - idle;
+}
+
+}  // namespace goro::internal
