@@ -68,6 +68,7 @@ void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReaso
     UnlockWord(q->lock);
     return;
   }
+  RuntimeScope scope;  // for the record's P cache: Run's wait comes without one
   WaitRecord<SemaWaiter> w;
   LockWord(q->lock);
   if (CanAcquire(count)) {

@@ -35,22 +35,6 @@ Shared& GetShared() {
   return *shared_ptr;
 }
 
-void Poison(void* slot) {
-#if defined(GORO_ASAN)
-  ASAN_POISON_MEMORY_REGION(slot, kWaitRecordSize);
-#else
-  (void)slot;
-#endif
-}
-
-void Unpoison(void* slot) {
-#if defined(GORO_ASAN)
-  ASAN_UNPOISON_MEMORY_REGION(slot, kWaitRecordSize);
-#else
-  (void)slot;
-#endif
-}
-
 // Appends a new block's slots to s.slots (s.lock held).
 void NewBlock(Shared& s) {
   void* block = ::operator new(kWaitRecordSize * kSlotsPerBlock, std::align_val_t{kWaitRecordAlign},
@@ -58,7 +42,7 @@ void NewBlock(Shared& s) {
   if (block == nullptr) Fatal("WaitRecordAlloc: out of memory for wait records");
   for (int i = kSlotsPerBlock - 1; i >= 0; --i) {
     void* slot = static_cast<char*>(block) + i * kWaitRecordSize;
-    Poison(slot);
+    PoisonWaitRecord(slot);
     s.slots.push_back(slot);
   }
   s.made += kSlotsPerBlock;
@@ -98,11 +82,7 @@ P* CurrentP() {
 
 }  // namespace
 
-// Each in a RuntimeScope of its own, which checks that the thread still
-// holds its P and keeps it until the scope ends (a goroutine's Run waits
-// outside one).
-void* WaitRecordAlloc() {
-  RuntimeScope scope;
+void* WaitRecordAllocSlow() {
   void* slot;
   if (P* p = CurrentP()) {
     if (p->wait_records_n == 0) Refill(p);
@@ -116,13 +96,12 @@ void* WaitRecordAlloc() {
     s.slots.pop_back();
     s.lock.Unlock();
   }
-  Unpoison(slot);
+  UnpoisonWaitRecord(slot);
   return slot;
 }
 
-void WaitRecordFree(void* slot) {
-  RuntimeScope scope;
-  Poison(slot);
+void WaitRecordFreeSlow(void* slot) {
+  PoisonWaitRecord(slot);
   if (P* p = CurrentP()) {
     if (p->wait_records_n == kWaitRecordCacheSize) Spill(p);
     p->wait_records[p->wait_records_n] = slot;

@@ -17,21 +17,65 @@
 #include <cstdint>
 #include <new>
 
+#include "core/runtime.h"
+#include "core/sanitizer.h"
+
 namespace goro::internal {
 
 inline constexpr size_t kWaitRecordSize = 128;
 inline constexpr size_t kWaitRecordAlign = 64;
 
-// A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign.
-void* WaitRecordAlloc();
-void WaitRecordFree(void* slot);
+// The caches' slow paths (an empty or full cache, or no P), in wait_record.cc.
+void* WaitRecordAllocSlow();
+void WaitRecordFreeSlow(void* slot);
+
+inline void PoisonWaitRecord(void* slot) {
+#if defined(GORO_ASAN)
+  ASAN_POISON_MEMORY_REGION(slot, kWaitRecordSize);
+#else
+  (void)slot;
+#endif
+}
+
+inline void UnpoisonWaitRecord(void* slot) {
+#if defined(GORO_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(slot, kWaitRecordSize);
+#else
+  (void)slot;
+#endif
+}
+
+// A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign. On a
+// goroutine, only inside a RuntimeScope, which keeps the P the cache
+// belongs to.
+inline void* WaitRecordAlloc() {
+  M* m = CurrentM();
+  P* p = m != nullptr ? m->p : nullptr;
+  if (p == nullptr || p->wait_records_n == 0) return WaitRecordAllocSlow();
+  const int n = p->wait_records_n - 1;
+  void* slot = p->wait_records[n];
+  __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED);  // WaitRecordsInUse reads it racily
+  UnpoisonWaitRecord(slot);
+  return slot;
+}
+
+// Gives back a slot of WaitRecordAlloc's, under the same rule.
+inline void WaitRecordFree(void* slot) {
+  M* m = CurrentM();
+  P* p = m != nullptr ? m->p : nullptr;
+  if (p == nullptr || p->wait_records_n == kWaitRecordCacheSize) return WaitRecordFreeSlow(slot);
+  PoisonWaitRecord(slot);
+  const int n = p->wait_records_n;
+  p->wait_records[n] = slot;
+  __atomic_store_n(&p->wait_records_n, n + 1, __ATOMIC_RELAXED);
+}
 
 // Slots taken and not given back: exact when every P is idle or its owner
 // is the caller (for tests).
 int64_t WaitRecordsInUse();
 
 // One T in a slot for the lifetime of this object (a local of the waiting
-// function).
+// function, inside its RuntimeScope).
 template <typename T>
 class WaitRecord {
  public:
