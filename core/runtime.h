@@ -656,6 +656,10 @@ void YieldNow();
 // lowers preempt_off by kInRuntime, after the scope's work.
 inline void LeaveRuntimeCode(G* g) {
   if (g == nullptr) return;
+  // The scope's writes to its P (the run queue, the caches) reach whoever
+  // sysmon hands the P to if it revokes it in a blocking call that follows;
+  // membarrier orders them, which TSan does not see (TryRevokeP acquires).
+  SanRelease(&g->preempt_off);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - kInRuntime, std::memory_order_relaxed);
 }
