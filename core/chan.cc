@@ -347,13 +347,16 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   // Poll order: a random permutation of the cases with non-nil channels.
   int order_buf[64];
   ChanCore* lock_buf[64];
-  Sudog* sudog_buf[16];  // in wait records, taken in pass 2
+  Sudog* sudog_buf[16];  // in wait records, taken in pass 2 (on a plain thread, in `local`)
+  Sudog local_buf[16];
   std::unique_ptr<int[]> order_heap;
   std::unique_ptr<ChanCore*[]> lock_heap;
   std::unique_ptr<Sudog*[]> sudog_heap;
+  std::unique_ptr<Sudog[]> local_heap;
   int* order = order_buf;
   ChanCore** locks = lock_buf;
   Sudog** sudogs = sudog_buf;
+  Sudog* local = local_buf;
   if (n > 64) {
     order_heap.reset(new int[n]);
     lock_heap.reset(new ChanCore*[n]);
@@ -363,6 +366,11 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   if (n > 16) {
     sudog_heap.reset(new Sudog*[n]);
     sudogs = sudog_heap.get();
+  }
+  P* record_p = WaitRecordP();  // null on a plain thread (WaitRecord)
+  if (n > 16 && record_p == nullptr) {
+    local_heap.reset(new Sudog[n]);
+    local = local_heap.get();
   }
   int npoll = 0;
   for (int i = 0; i < n; ++i) {
@@ -431,7 +439,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   g->param = nullptr;
   for (int k = 0; k < npoll; ++k) {
     int i = order[k];
-    Sudog* s = sudogs[k] = new (WaitRecordAlloc()) Sudog{};
+    Sudog* s = sudogs[k] = record_p != nullptr ? new (WaitRecordAlloc(record_p)) Sudog{} : &(local[k] = Sudog{});
     s->g = g;
     s->elem = cases[i].elem;
     s->chan = cases[i].chan;
@@ -462,9 +470,11 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   if (winner == nullptr) Fatal("select: woken without a winning case");
   const int won = winner->case_index;
   const bool send_failed = cases[won].dir == CaseDir::kSend && !winner->success;
-  for (int k = 0; k < npoll; ++k) {
-    sudogs[k]->~Sudog();
-    WaitRecordFree(sudogs[k]);
+  if (record_p != nullptr) {
+    for (int k = 0; k < npoll; ++k) {
+      sudogs[k]->~Sudog();
+      WaitRecordFree(sudogs[k]);
+    }
   }
   if (send_failed) FatalG("send on closed channel");
   return won;

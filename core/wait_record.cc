@@ -5,6 +5,7 @@
 #include "core/fatal.h"
 #include "core/lock.h"
 #include "core/runtime.h"
+#include "goro/preempt.h"
 
 namespace goro::internal {
 
@@ -75,34 +76,21 @@ void Spill(P* p) {
   SetCount(p, p->wait_records_n - kHalf);
 }
 
-P* CurrentP() {
-  M* m = CurrentM();
-  return m != nullptr ? m->p : nullptr;
-}
-
 }  // namespace
 
-void* WaitRecordAllocSlow() {
-  void* slot;
-  if (P* p = CurrentP()) {
-    if (p->wait_records_n == 0) Refill(p);
-    slot = p->wait_records[p->wait_records_n - 1];
-    SetCount(p, p->wait_records_n - 1);
-  } else {
-    Shared& s = GetShared();
-    s.lock.Lock();
-    if (s.slots.empty()) NewBlock(s);
-    slot = s.slots.back();
-    s.slots.pop_back();
-    s.lock.Unlock();
-  }
+void* WaitRecordAllocSlow(P* p) {
+  if (p->wait_records_n == 0) Refill(p);
+  void* slot = p->wait_records[p->wait_records_n - 1];
+  SetCount(p, p->wait_records_n - 1);
   UnpoisonWaitRecord(slot);
   return slot;
 }
 
+// Without a P (which a goroutine inside a RuntimeScope always has) the slot
+// goes to the shared list.
 void WaitRecordFreeSlow(void* slot) {
   PoisonWaitRecord(slot);
-  if (P* p = CurrentP()) {
+  if (P* p = WaitRecordP()) {
     if (p->wait_records_n == kWaitRecordCacheSize) Spill(p);
     p->wait_records[p->wait_records_n] = slot;
     SetCount(p, p->wait_records_n + 1);
@@ -115,6 +103,9 @@ void WaitRecordFreeSlow(void* slot) {
 }
 
 int64_t WaitRecordsInUse() {
+  // A goroutine preempted holding the shared lock would leave its P's next
+  // Refill spinning on it for ever, with no preemption to let it go.
+  goro::NoPreemptScope no_preempt;
   int64_t idle = 0;
   for (P* p : sched.allp) idle += __atomic_load_n(&p->wait_records_n, __ATOMIC_RELAXED);
   Shared& s = GetShared();

@@ -9,7 +9,9 @@
 // A record is taken and given back by its waiter: taken before it is
 // queued, given back after the waiter has woken, when no waker touches it
 // any more, which is the lifetime a record on the waiter's stack had. A
-// plain thread, which has no P, uses the shared list.
+// plain thread, which has no P, keeps its record on its stack as before: it
+// takes no lock for it, so a signal handler may wait in goro on top of the
+// thread's own wait.
 #ifndef GORO_CORE_WAIT_RECORD_H_
 #define GORO_CORE_WAIT_RECORD_H_
 
@@ -25,8 +27,8 @@ namespace goro::internal {
 inline constexpr size_t kWaitRecordSize = 128;
 inline constexpr size_t kWaitRecordAlign = 64;
 
-// The caches' slow paths (an empty or full cache, or no P), in wait_record.cc.
-void* WaitRecordAllocSlow();
+// The caches' slow paths (an empty or full cache), in wait_record.cc.
+void* WaitRecordAllocSlow(P* p);
 void WaitRecordFreeSlow(void* slot);
 
 inline void PoisonWaitRecord(void* slot) {
@@ -45,13 +47,17 @@ inline void UnpoisonWaitRecord(void* slot) {
 #endif
 }
 
-// A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign. On a
-// goroutine, only inside a RuntimeScope, which keeps the P the cache
-// belongs to.
-inline void* WaitRecordAlloc() {
+// The P whose cache a goroutine takes records from (inside a RuntimeScope,
+// which keeps it), or null on a plain thread.
+inline P* WaitRecordP() {
   M* m = CurrentM();
-  P* p = m != nullptr ? m->p : nullptr;
-  if (p == nullptr || p->wait_records_n == 0) return WaitRecordAllocSlow();
+  return m != nullptr ? m->p : nullptr;
+}
+
+// A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign, from p's
+// cache (p = WaitRecordP(), not null).
+inline void* WaitRecordAlloc(P* p) {
+  if (p->wait_records_n == 0) return WaitRecordAllocSlow(p);
   const int n = p->wait_records_n - 1;
   void* slot = p->wait_records[n];
   __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED);  // WaitRecordsInUse reads it racily
@@ -59,10 +65,10 @@ inline void* WaitRecordAlloc() {
   return slot;
 }
 
-// Gives back a slot of WaitRecordAlloc's, under the same rule.
+// Gives back a slot of WaitRecordAlloc's, to the cache of the P the
+// goroutine holds now (inside a RuntimeScope).
 inline void WaitRecordFree(void* slot) {
-  M* m = CurrentM();
-  P* p = m != nullptr ? m->p : nullptr;
+  P* p = WaitRecordP();
   if (p == nullptr || p->wait_records_n == kWaitRecordCacheSize) return WaitRecordFreeSlow(slot);
   PoisonWaitRecord(slot);
   const int n = p->wait_records_n;
@@ -74,16 +80,20 @@ inline void WaitRecordFree(void* slot) {
 // is the caller (for tests).
 int64_t WaitRecordsInUse();
 
-// One T in a slot for the lifetime of this object (a local of the waiting
-// function, inside its RuntimeScope).
+// One T for the lifetime of this object (a local of the waiting function,
+// inside its RuntimeScope): in a slot on a goroutine, in the object itself
+// on a plain thread.
 template <typename T>
 class WaitRecord {
  public:
   static_assert(sizeof(T) <= kWaitRecordSize && alignof(T) <= kWaitRecordAlign);
-  WaitRecord() : t_(new (WaitRecordAlloc()) T()) {}
+  WaitRecord() {
+    P* p = WaitRecordP();
+    t_ = new (p != nullptr ? WaitRecordAlloc(p) : static_cast<void*>(local_)) T();
+  }
   ~WaitRecord() {
     t_->~T();
-    WaitRecordFree(t_);
+    if (static_cast<void*>(t_) != static_cast<void*>(local_)) WaitRecordFree(t_);
   }
   WaitRecord(const WaitRecord&) = delete;
   WaitRecord& operator=(const WaitRecord&) = delete;
@@ -92,7 +102,8 @@ class WaitRecord {
   T& operator*() const { return *t_; }
 
  private:
-  T* const t_;
+  alignas(T) unsigned char local_[sizeof(T)];
+  T* t_;
 };
 
 }  // namespace goro::internal
