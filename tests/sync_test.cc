@@ -1283,3 +1283,49 @@ TEST(WaitRecordTest, BlockedGoroutinesHoldPooledRecordsAndGiveThemBack) {
         << in_use - base << " wait records were not given back";
   });
 }
+
+// WaitRecordsInUse takes the shared list's lock. Were a signal to preempt the
+// counting goroutine while it holds it, the next goroutine on its P to
+// refill its cache would spin on the lock for ever, with preemption off, and
+// the holder would never run again. On 1 P with 1 ms slices, one goroutine
+// counts without pause while rounds of 200 goroutines block on a channel and
+// wake. Fails without the NoPreemptScope in WaitRecordsInUse: the P hangs in
+// the first rounds, and the watchdog ends the child.
+[[noreturn]] void CountingWhileWaitersComeAndGoChild() {
+  Watchdog dog(absl::Seconds(30), "counting wait records beside goroutines that block and wake");
+  goro::Options opts;
+  opts.max_procs = 1;
+  opts.time_slice = absl::Milliseconds(1);
+  goro::Run(
+      [] {
+        std::atomic<bool> stop{false};
+        goro::WaitGroup counter_done;
+        counter_done.Add(1);
+        goro::Go([&] {
+          while (!stop.load(std::memory_order_relaxed)) goro::internal::WaitRecordsInUse();
+          counter_done.Done();
+        });
+        for (int round = 0; round < 50; ++round) {
+          goro::Chan<int> c;
+          goro::WaitGroup wg;
+          wg.Add(200);
+          for (int i = 0; i < 200; ++i) {
+            goro::Go([&] {
+              c.Recv();
+              wg.Done();
+            });
+          }
+          goro::Yield();
+          c.Close();
+          wg.Wait();
+        }
+        stop = true;
+        counter_done.Wait();
+      },
+      opts);
+  _exit(0);
+}
+
+TEST(WaitRecordTest, CountingThemFromAPreemptibleGoroutineNeverStallsItsP) {
+  EXPECT_EXIT(CountingWhileWaitersComeAndGoChild(), ::testing::ExitedWithCode(0), "");
+}
