@@ -1614,7 +1614,6 @@ bool TryRevokeP(P* p, M* m, G* g, uint32_t tick) {
     if (!p->status.compare_exchange_strong(rev, P::Status::kRunning)) Fatal("TryRevokeP: status changed under it");
     return false;
   }
-  SanAcquire(&g->preempt_off);  // its last RuntimeScope's writes (LeaveRuntimeCode)
   p->m.store(nullptr, std::memory_order_release);
   trace::PHandoff(p, g, trace::HandoffWhy::kBlockedCall);
   // While the status is still kRevoking: the goroutine waits for our verdict

@@ -658,7 +658,8 @@ inline void LeaveRuntimeCode(G* g) {
   if (g == nullptr) return;
   // The scope's writes to its P (the run queue, the caches) reach whoever
   // sysmon hands the P to if it revokes it in a blocking call that follows;
-  // membarrier orders them, which TSan does not see (TryRevokeP acquires).
+  // membarrier orders them, which TSan does not see. TryRevokeP's load of
+  // preempt_off acquires what this releases.
   SanRelease(&g->preempt_off);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - kInRuntime, std::memory_order_relaxed);

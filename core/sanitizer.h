@@ -152,18 +152,13 @@ inline void SanStackExited(uintptr_t lo, uintptr_t hi) {
   (void)lo, (void)hi;
 }
 
-// Happens-before edges ThreadSanitizer cannot see: those made by
+// A happens-before edge ThreadSanitizer cannot see: one made by
 // membarrier(2), which orders a goroutine's plain writes before sysmon's
 // reads when sysmon takes its P in an unmarked blocking call (TryRevokeP).
+// An atomic load of `addr` with acquire or stronger order acquires it.
 inline void SanRelease(void* addr) {
 #if defined(GORO_TSAN)
   __tsan_release(addr);
-#endif
-  (void)addr;
-}
-inline void SanAcquire(void* addr) {
-#if defined(GORO_TSAN)
-  __tsan_acquire(addr);
 #endif
   (void)addr;
 }
