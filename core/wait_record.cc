@@ -22,8 +22,8 @@ struct Shared {
   std::vector<void*> slots;  // guarded by lock
   size_t made = 0;           // guarded by lock
 };
-// Constant-initialised: a plain thread's first wait may come before any
-// static constructor of this file has run.
+// Constant-initialised: goroutines may block from the program's static
+// constructors, before this file's own have run.
 constinit Shared* shared_ptr = nullptr;
 constinit SpinLock shared_init;
 
