@@ -49,11 +49,9 @@ void NewBlock(Shared& s) {
   s.made += kSlotsPerBlock;
 }
 
-// The owner's writes of p->wait_records_n; WaitRecordsInUse reads it racily.
-void SetCount(P* p, int n) { __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED); }
+}  // namespace
 
-// Fills half of p's empty cache from the shared list, or from a new block.
-void Refill(P* p) {
+void WaitRecordRefill(P* p) {
   Shared& s = GetShared();
   s.lock.Lock();
   if (s.slots.size() < static_cast<size_t>(kWaitRecordCacheSize / 2)) NewBlock(s);
@@ -62,45 +60,22 @@ void Refill(P* p) {
     s.slots.pop_back();
   }
   s.lock.Unlock();
-  SetCount(p, kWaitRecordCacheSize / 2);
+  SetWaitRecordCount(p, kWaitRecordCacheSize / 2);
 }
 
-// Moves the older half of p's full cache to the shared list.
-void Spill(P* p) {
+void WaitRecordSpill(P* p) {
   Shared& s = GetShared();
   constexpr int kHalf = kWaitRecordCacheSize / 2;
   s.lock.Lock();
   s.slots.insert(s.slots.end(), p->wait_records, p->wait_records + kHalf);
   s.lock.Unlock();
   for (int i = kHalf; i < p->wait_records_n; ++i) p->wait_records[i - kHalf] = p->wait_records[i];
-  SetCount(p, p->wait_records_n - kHalf);
+  SetWaitRecordCount(p, p->wait_records_n - kHalf);
 }
 
-}  // namespace
-
-void* WaitRecordAllocSlow(P* p) {
-  if (p->wait_records_n == 0) Refill(p);
-  void* slot = p->wait_records[p->wait_records_n - 1];
-  SetCount(p, p->wait_records_n - 1);
-  UnpoisonWaitRecord(slot);
-  return slot;
-}
-
-// Without a P (which a goroutine inside a RuntimeScope always has) the slot
-// goes to the shared list.
-void WaitRecordFreeSlow(void* slot) {
-  PoisonWaitRecord(slot);
-  if (P* p = WaitRecordP()) {
-    if (p->wait_records_n == kWaitRecordCacheSize) Spill(p);
-    p->wait_records[p->wait_records_n] = slot;
-    SetCount(p, p->wait_records_n + 1);
-    return;
-  }
-  Shared& s = GetShared();
-  s.lock.Lock();
-  s.slots.push_back(slot);
-  s.lock.Unlock();
-}
+// Only goroutines take slots, and they give them back inside a RuntimeScope,
+// which holds a P; a plain thread's record lives in its WaitRecord.
+void WaitRecordFreeWithoutP() { Fatal("WaitRecordFree: no P (a slot given back outside a RuntimeScope)"); }
 
 int64_t WaitRecordsInUse() {
   // A goroutine preempted holding the shared lock would leave its P's next

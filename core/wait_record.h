@@ -28,9 +28,15 @@ namespace goro::internal {
 inline constexpr size_t kWaitRecordSize = 128;
 inline constexpr size_t kWaitRecordAlign = 64;
 
-// The caches' slow paths (an empty or full cache), in wait_record.cc.
-void* WaitRecordAllocSlow(P* p);
-void WaitRecordFreeSlow(void* slot);
+// The caches' slow paths, in wait_record.cc: fill half of p's empty cache
+// from the shared list (or a new block); move the older half of its full
+// cache there.
+void WaitRecordRefill(P* p);
+void WaitRecordSpill(P* p);
+[[noreturn]] void WaitRecordFreeWithoutP();
+
+// The owner's writes of p->wait_records_n; WaitRecordsInUse reads it racily.
+inline void SetWaitRecordCount(P* p, int n) { __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED); }
 
 inline void PoisonWaitRecord(void* slot) {
 #if defined(GORO_ASAN)
@@ -58,23 +64,24 @@ inline P* WaitRecordP() {
 // A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign, from p's
 // cache (p = WaitRecordP(), not null).
 inline void* WaitRecordAlloc(P* p) {
-  if (p->wait_records_n == 0) return WaitRecordAllocSlow(p);
+  if (p->wait_records_n == 0) WaitRecordRefill(p);
   const int n = p->wait_records_n - 1;
   void* slot = p->wait_records[n];
-  __atomic_store_n(&p->wait_records_n, n, __ATOMIC_RELAXED);  // WaitRecordsInUse reads it racily
+  SetWaitRecordCount(p, n);
   UnpoisonWaitRecord(slot);
   return slot;
 }
 
 // Gives back a slot of WaitRecordAlloc's, to the cache of the P the
-// goroutine holds now (inside a RuntimeScope).
+// goroutine holds now (inside a RuntimeScope, so it has one).
 inline void WaitRecordFree(void* slot) {
   P* p = WaitRecordP();
-  if (p == nullptr || p->wait_records_n == kWaitRecordCacheSize) return WaitRecordFreeSlow(slot);
+  if (p == nullptr) WaitRecordFreeWithoutP();
+  if (p->wait_records_n == kWaitRecordCacheSize) WaitRecordSpill(p);
   PoisonWaitRecord(slot);
   const int n = p->wait_records_n;
   p->wait_records[n] = slot;
-  __atomic_store_n(&p->wait_records_n, n + 1, __ATOMIC_RELAXED);
+  SetWaitRecordCount(p, n + 1);
 }
 
 // Slots taken and not given back: exact when every P is idle or its owner
