@@ -240,6 +240,7 @@ size_t ChanCap(const ChanCore* c) { return c->cap_; }
 void ChanSend(ChanCore* c, void* elem) {
   RuntimeScope scope;
   if (c == nullptr) BlockForever(WaitReason::kChanSendNilChan);
+  ReserveWaitRecords(1);  // the Sudog below is taken with c->lock held
   c->lock.Lock();
   if (c->closed_) {
     c->lock.Unlock();
@@ -269,9 +270,16 @@ bool ChanOffer(ChanCore* c, void* elem) {
   return sent;
 }
 
+bool ChanLockHeldForTest(ChanCore* c) {
+  if (!c->lock.TryLock()) return true;
+  c->lock.Unlock();
+  return false;
+}
+
 void ChanRecv(ChanCore* c, void* out) {
   RuntimeScope scope;
   if (c == nullptr) BlockForever(WaitReason::kChanReceiveNilChan);
+  ReserveWaitRecords(1);  // the Sudog below is taken with c->lock held
   c->lock.Lock();
   bool received = false;
   G* to_ready = nullptr;
@@ -347,7 +355,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   // Poll order: a random permutation of the cases with non-nil channels.
   int order_buf[64];
   ChanCore* lock_buf[64];
-  Sudog* sudog_buf[16];  // in wait records, taken in pass 2 (on a plain thread, in `local`)
+  Sudog* sudog_buf[16];  // in wait records taken in pass 2, or in `local`
   Sudog local_buf[16];
   std::unique_ptr<int[]> order_heap;
   std::unique_ptr<ChanCore*[]> lock_heap;
@@ -366,11 +374,6 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   if (n > 16) {
     sudog_heap.reset(new Sudog*[n]);
     sudogs = sudog_heap.get();
-  }
-  P* record_p = WaitRecordP();  // null on a plain thread (WaitRecord)
-  if (n > 16 && record_p == nullptr) {
-    local_heap.reset(new Sudog[n]);
-    local = local_heap.get();
   }
   int npoll = 0;
   for (int i = 0; i < n; ++i) {
@@ -399,6 +402,18 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   if (npoll == 0) {
     if (default_index >= 0) return default_index;
     BlockForever(WaitReason::kSelectNoCases);
+  }
+
+  // Pass 2 takes a Sudog per case with every channel lock held, so they are
+  // found now: wait records reserved in the P's cache, or, on a plain thread
+  // or for more cases than a cache batch, an array of this call's.
+  P* record_p = WaitRecordP();
+  if (npoll > kWaitRecordBatch) record_p = nullptr;
+  if (record_p != nullptr) {
+    WaitRecordReserve(record_p, npoll);
+  } else if (npoll > 16) {
+    local_heap.reset(new Sudog[npoll]);
+    local = local_heap.get();
   }
 
   // Pass 1: is any case ready now?

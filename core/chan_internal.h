@@ -10,6 +10,9 @@ namespace goro::internal {
 // never fatal, never blocks. Safe on g0 (used by timer callbacks).
 bool ChanOffer(ChanCore* c, void* elem);
 
+// Whether someone holds c's lock (a test seam: it tries to take it).
+bool ChanLockHeldForTest(ChanCore* c);
+
 }  // namespace goro::internal
 
 #endif  // GORO_CORE_CHAN_INTERNAL_H_

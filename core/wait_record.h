@@ -28,9 +28,14 @@ namespace goro::internal {
 inline constexpr size_t kWaitRecordSize = 128;
 inline constexpr size_t kWaitRecordAlign = 64;
 
-// The caches' slow paths, in wait_record.cc: fill half of p's empty cache
-// from the shared list (or a new block); move the older half of its full
-// cache there.
+// Slots a cache trades with the shared list at a time: half of it.
+inline constexpr int kWaitRecordBatch = kWaitRecordCacheSize / 2;
+
+// The caches' slow paths, in wait_record.cc: add a batch to p's cache, which
+// holds at most kWaitRecordCacheSize - kWaitRecordBatch, from the shared
+// list or a new block; move the older half of its full cache there. Neither
+// allocates memory or waits with a lock held, but Refill takes the shared
+// lock and may allocate: a caller must hold no runtime lock.
 void WaitRecordRefill(P* p);
 void WaitRecordSpill(P* p);
 [[noreturn]] void WaitRecordFreeWithoutP();
@@ -61,8 +66,21 @@ inline P* WaitRecordP() {
   return m != nullptr ? m->p : nullptr;
 }
 
+// Makes sure that p's cache holds n <= kWaitRecordBatch slots, so that the
+// next n WaitRecordAllocs on p take no lock and allocate nothing: a waiter
+// calls it before it takes the lock under which it queues its records.
+inline void WaitRecordReserve(P* p, int n) {
+  if (p->wait_records_n < n) WaitRecordRefill(p);
+}
+// The same for the caller's P; nothing on a plain thread, whose record
+// needs no slot.
+inline void ReserveWaitRecords(int n) {
+  if (P* p = WaitRecordP(); p != nullptr) WaitRecordReserve(p, n);
+}
+
 // A slot of kWaitRecordSize bytes, aligned to kWaitRecordAlign, from p's
-// cache (p = WaitRecordP(), not null).
+// cache (p = WaitRecordP(), not null). Refills an empty cache, so a caller
+// that holds a lock must have reserved the slot first.
 inline void* WaitRecordAlloc(P* p) {
   if (p->wait_records_n == 0) WaitRecordRefill(p);
   const int n = p->wait_records_n - 1;

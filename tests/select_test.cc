@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "goro/goro.h"
 #include "gtest/gtest.h"
@@ -193,6 +194,39 @@ TEST(SelectTest, BlockingSelectWakesOnEitherChannel) {
       EXPECT_EQ(which == 0 ? ra : rb, std::optional<int>(100 + which));
       EXPECT_FALSE((which == 0 ? rb : ra).has_value());
     }
+  });
+}
+
+// A blocking Select over N receive cases, woken by a send on case `which`.
+template <size_t... I>
+int SelectOnAll(std::vector<goro::Chan<int>>& chans, std::vector<std::optional<int>>& outs,
+                std::index_sequence<I...>) {
+  return goro::Select(goro::OnRecv(chans[I], &outs[I])...);
+}
+
+// Wide selects block and wake like two-case ones: 20 cases take their
+// Sudogs from the P's wait-record cache (reserved before the channel locks),
+// 40 from an array of their own (more than a cache batch of 32).
+template <size_t N>
+void WideSelectWakesOnEachCase() {
+  for (int which : {0, static_cast<int>(N) / 2, static_cast<int>(N) - 1}) {
+    std::vector<goro::Chan<int>> chans(N);
+    std::vector<std::optional<int>> outs(N);
+    goro::Chan<int> done;
+    goro::Go([&] { done.Send(SelectOnAll(chans, outs, std::make_index_sequence<N>())); });
+    goro::SleepFor(absl::Milliseconds(5));  // usually parked by now; either way it must win `which`
+    chans[which].Send(which + 1000);
+    EXPECT_EQ(done.Recv(), std::optional<int>(which)) << N << " cases";
+    for (int i = 0; i < static_cast<int>(N); ++i) {
+      EXPECT_EQ(outs[i], i == which ? std::optional<int>(which + 1000) : std::nullopt) << N << " cases, case " << i;
+    }
+  }
+}
+
+TEST(SelectTest, WideBlockingSelectsWakeOnEachCase) {
+  RunBounded([] {
+    WideSelectWakesOnEachCase<20>();
+    WideSelectWakesOnEachCase<40>();
   });
 }
 

@@ -1,4 +1,4 @@
-// WaitGroup, Mutex and CondVar, and the wait records of blocked goroutines.
+// WaitGroup, Mutex and CondVar.
 #include <atomic>
 #include <cstring>
 #include <cstdint>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/sema.h"
-#include "core/wait_record.h"
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -1213,119 +1212,3 @@ TEST(PlainThreadAtExitTest, ContendedMutexLockInAThreadLocalDestructor) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Wait records (core/wait_record.h)
-
-// Blocked goroutines' waiter records come from the pooled slots, not from
-// their stacks: 100 goroutines each blocked in a receive, a send, a
-// two-case Select, a Mutex Lock and a CondVar Wait take 600 slots. Once all
-// have woken and ended, every slot is back: a path that forgot to give its
-// record back (Select's pass 3, a WaitFor's timeout) would leave some out.
-TEST(WaitRecordTest, BlockedGoroutinesHoldPooledRecordsAndGiveThemBack) {
-  RunBounded([] {
-    using goro::internal::WaitRecordsInUse;
-    constexpr int kEach = 100;
-    goro::Chan<int> recv_ch, send_ch, select_a, select_b;
-    goro::Mutex held, cv_mu;
-    goro::CondVar cv, timed_cv;
-    bool go = false;  // guarded by cv_mu
-    std::atomic<int> ended{0};
-    const int64_t base = WaitRecordsInUse();
-    held.Lock();
-    for (int i = 0; i < kEach; ++i) {
-      goro::Go([&] {
-        recv_ch.Recv();
-        ended.fetch_add(1);
-      });
-      goro::Go([&] {
-        send_ch.Send(1);
-        ended.fetch_add(1);
-      });
-      goro::Go([&] {
-        std::optional<int> a, b;
-        goro::Select(goro::OnRecv(select_a, &a), goro::OnRecv(select_b, &b));
-        ended.fetch_add(1);
-      });
-      goro::Go([&] {
-        held.Lock();
-        held.Unlock();
-        ended.fetch_add(1);
-      });
-      goro::Go([&] {
-        cv_mu.Lock();
-        while (!go) cv.Wait(cv_mu);
-        cv_mu.Unlock();
-        ended.fetch_add(1);
-      });
-    }
-    const int64_t want = base + 6 * kEach;
-    int64_t in_use = 0;
-    EXPECT_TRUE(Eventually([&] { return (in_use = WaitRecordsInUse()) >= want; }))
-        << "blocked goroutines hold " << in_use - base << " wait records, want " << 6 * kEach;
-    // A timed wait that times out gives its record back too.
-    {
-      std::unique_lock<goro::Mutex> lock(cv_mu);
-      EXPECT_FALSE(timed_cv.WaitFor(cv_mu, absl::Milliseconds(1)));
-    }
-    recv_ch.Close();
-    for (int i = 0; i < kEach; ++i) send_ch.Recv();
-    select_a.Close();
-    held.Unlock();
-    {
-      std::lock_guard<goro::Mutex> lock(cv_mu);
-      go = true;
-      cv.SignalAll();
-    }
-    EXPECT_TRUE(Eventually([&] { return ended.load() == 5 * kEach; }))
-        << ended.load() << " of " << 5 * kEach << " waiters ended";
-    EXPECT_TRUE(Eventually([&] { return (in_use = WaitRecordsInUse()) == base; }))
-        << in_use - base << " wait records were not given back";
-  });
-}
-
-// WaitRecordsInUse takes the shared list's lock. Were a signal to preempt the
-// counting goroutine while it holds it, the next goroutine on its P to
-// refill its cache would spin on the lock for ever, with preemption off, and
-// the holder would never run again. On 1 P with 1 ms slices, one goroutine
-// counts without pause while rounds of 200 goroutines block on a channel and
-// wake. Fails without the NoPreemptScope in WaitRecordsInUse: the P hangs in
-// the first rounds, and the watchdog ends the child.
-[[noreturn]] void CountingWhileWaitersComeAndGoChild() {
-  Watchdog dog(absl::Seconds(30), "counting wait records beside goroutines that block and wake");
-  goro::Options opts;
-  opts.max_procs = 1;
-  opts.time_slice = absl::Milliseconds(1);
-  goro::Run(
-      [] {
-        std::atomic<bool> stop{false};
-        goro::WaitGroup counter_done;
-        counter_done.Add(1);
-        goro::Go([&] {
-          while (!stop.load(std::memory_order_relaxed)) goro::internal::WaitRecordsInUse();
-          counter_done.Done();
-        });
-        for (int round = 0; round < 50; ++round) {
-          goro::Chan<int> c;
-          goro::WaitGroup wg;
-          wg.Add(200);
-          for (int i = 0; i < 200; ++i) {
-            goro::Go([&] {
-              c.Recv();
-              wg.Done();
-            });
-          }
-          goro::Yield();
-          c.Close();
-          wg.Wait();
-        }
-        stop = true;
-        counter_done.Wait();
-      },
-      opts);
-  _exit(0);
-}
-
-TEST(WaitRecordTest, CountingThemFromAPreemptibleGoroutineNeverStallsItsP) {
-  EXPECT_EXIT(CountingWhileWaitersComeAndGoChild(), ::testing::ExitedWithCode(0), "");
-}
