@@ -767,6 +767,10 @@ struct Timer {
   void* arg = nullptr;
   P* p = nullptr;       // whose heap holds it
   int32_t index = -1;   // position in p->timers, -1 when not in a heap
+  // > 0: a ticker's, in ns; once f has run, RunTimers puts it back on the
+  // same heap at the next multiple of `period` after the time it was due
+  // that lies in the future (ticks missed while late are skipped).
+  int64_t period = 0;
 };
 void AddTimer(Timer* t);
 // AddTimer without telling anyone that an earlier timer exists; returns the

@@ -19,6 +19,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/chan_internal.h"
 #include "core/fatal.h"
@@ -182,8 +183,17 @@ int64_t RunTimers(P* p, int64_t now, int* fired) {
   while (!p->timers.empty() && p->timers[0]->when <= now) {
     Timer* t = p->timers[0];
     RemoveAt(p, 0);
+    // A one-shot callback may free t (After) or wake the goroutine whose
+    // stack holds it (SleepFor); a ticker's record stays until DelTimer,
+    // which waits for this lock.
+    const int64_t period = t->period;
     t->f(t);
     if (fired != nullptr) ++*fired;
+    if (period > 0) {
+      t->when += t->period * ((now - t->when) / t->period + 1);
+      p->timers.push_back(t);
+      SiftUp(p->timers, p->timers.size() - 1);
+    }
   }
   m->running_timers = false;
   UpdateTimer0(p);
@@ -354,6 +364,67 @@ bool Timer::Stop() {
 // A pending timer is only moved (ResetTimer): it has sent nothing, so there
 // is nothing to drain. Otherwise it is out of the heap, and stays out while
 // mu is held: drain, then add it again.
+// A goro::Ticker's: as a Timer's, with a period (its record's).
+struct Ticker::State {
+  internal::Timer timer;
+  Chan<absl::Time> ch{1};
+  Mutex mu;  // Stop and Reset, one at a time
+};
+
+namespace {
+
+// The period of a Ticker of `d`, in ns; fatal unless d > 0.
+int64_t TickerPeriod(absl::Duration d, const char* what) {
+  if (d <= absl::ZeroDuration()) {
+    internal::FatalG(absl::StrCat("non-positive interval for ", what, ": ", absl::FormatDuration(d)));
+  }
+  return absl::ToInt64Nanoseconds(std::min(d, absl::Hours(24 * 365 * 100)));  // NanotimeIn's bound
+}
+
+// Out of the heap (DelTimer has returned, so its callback is not running):
+// drops the tick it sent, if nobody has received it.
+void DrainTick(Chan<absl::Time>& ch) {
+  std::optional<absl::Time> stale;
+  Select(OnRecv(ch, &stale), OnDefault());
+}
+
+}  // namespace
+
+Ticker::Ticker(absl::Duration d) {
+  internal::EnsureStarted(Options{});
+  internal::RuntimeScope scope;
+  const int64_t period = TickerPeriod(d, "Ticker");
+  state_ = std::make_unique<State>();
+  ch_ = state_->ch;
+  state_->timer.f = internal::FireTimer;
+  state_->timer.arg = state_->ch.core();
+  state_->timer.period = period;
+  state_->timer.when = internal::Nanotime() + period;
+  internal::AddTimer(&state_->timer);
+}
+
+Ticker::~Ticker() { Stop(); }
+
+void Ticker::Stop() {
+  internal::RuntimeScope scope;
+  state_->mu.Lock();
+  internal::DelTimer(&state_->timer);
+  DrainTick(state_->ch);
+  state_->mu.Unlock();
+}
+
+void Ticker::Reset(absl::Duration d) {
+  internal::RuntimeScope scope;
+  const int64_t period = TickerPeriod(d, "Ticker.Reset");
+  state_->mu.Lock();
+  internal::DelTimer(&state_->timer);
+  DrainTick(state_->ch);
+  state_->timer.period = period;
+  state_->timer.when = internal::Nanotime() + period;
+  internal::AddTimer(&state_->timer);
+  state_->mu.Unlock();
+}
+
 bool Timer::Reset(absl::Duration d) {
   internal::RuntimeScope scope;
   int64_t when = internal::NanotimeIn(d);

@@ -494,6 +494,182 @@ TEST(TimerTest, AssigningToCLeavesTheTimersOwnChannel) {
   });
 }
 
+// ---------------------------------------------------------------------------
+// Ticker
+
+bool Ready(goro::Ticker& t) {
+  std::optional<absl::Time> v;
+  return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 0;
+}
+
+// Ticks come again and again, none before its due time: the k-th at least
+// k periods after the Ticker was made. Fails if the record is not put back
+// after it fires (one tick, then the watchdog).
+TEST(TickerTest, TicksRepeatAndNoneComesEarly) {
+  RunBounded([] {
+    constexpr absl::Duration kPeriod = absl::Milliseconds(3);
+    absl::Time start = absl::Now();
+    goro::Ticker tick(kPeriod);
+    for (int k = 1; k <= 10; ++k) {
+      std::optional<absl::Time> t = tick.C().Recv();
+      ASSERT_TRUE(t.has_value());
+      // absl::Now against the runtime's monotonic clock: allow 1 ms of skew.
+      EXPECT_GE(*t, start + k * kPeriod - absl::Milliseconds(1)) << "tick " << k;
+    }
+  });
+}
+
+// Ticks are due at multiples of the period from the start, so lateness
+// does not add up: every firing is somewhat late (a sleeping M's timeout
+// has 50 us of timer slack, and it must then run), and a ticker that set
+// its next tick a period after each firing would drift by that much per
+// tick. After 60 ticks of 2 ms, the least late of the last 10 must be
+// within 1.5 ms of its due time. Fails when the next tick is set from the
+// firing time: 6.6 ms behind in the check run. Three tries, for a loaded
+// machine.
+TEST(TickerTest, TicksKeepToTheirScheduleWithoutDrift) {
+  RunBounded([] {
+    constexpr absl::Duration kPeriod = absl::Milliseconds(2);
+    constexpr int kTicks = 60;
+    absl::Duration least_late;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      absl::Time start = absl::Now();
+      goro::Ticker tick(kPeriod);
+      least_late = absl::InfiniteDuration();
+      for (int k = 1; k <= kTicks; ++k) {
+        std::optional<absl::Time> t = tick.C().Recv();
+        ASSERT_TRUE(t.has_value());
+        // A tick received after it was dropped for being late is a later one.
+        if (k > kTicks - 10) least_late = std::min(least_late, *t - (start + k * kPeriod));
+      }
+      if (least_late < absl::Microseconds(1500)) break;
+    }
+    EXPECT_LT(least_late, absl::Microseconds(1500)) << "the ticker drifted from its schedule";
+  });
+}
+
+// A receiver that falls behind finds the oldest tick it missed; the newer
+// ones are dropped, not delivered one after another when it comes back.
+// After a 205 ms stall on a 20 ms ticker, the buffered tick is from the
+// first half of the stall, and the next is due at 220 ms. Fails if a newer
+// tick replaces the buffered one, or if missed ticks are queued.
+TEST(TickerTest, MissedTicksAreDropped) {
+  RunBounded([] {
+    absl::Time start = absl::Now();
+    goro::Ticker tick(absl::Milliseconds(20));
+    goro::SleepFor(absl::Milliseconds(205));
+    std::optional<absl::Time> first = tick.C().Recv();
+    std::optional<absl::Time> second = tick.C().Recv();
+    ASSERT_TRUE(first.has_value() && second.has_value());
+    EXPECT_LT(*first - start, absl::Milliseconds(100)) << "the buffered tick is not the oldest one";
+    EXPECT_GE(*second - start, absl::Milliseconds(219)) << "a missed tick was delivered after the stall";
+  });
+}
+
+// Stop drops a tick already in the buffer, and no tick comes after it;
+// Reset starts a stopped Ticker again with the new period. Fails if Stop
+// leaves the record in its heap (ticks keep coming) or does not drain.
+TEST(TickerTest, StopEndsTheTicksAndResetRestartsThem) {
+  RunBounded([] {
+    goro::Ticker tick(absl::Milliseconds(1));
+    goro::SleepFor(absl::Milliseconds(10));  // a tick waits in the buffer
+    tick.Stop();
+    EXPECT_FALSE(Ready(tick)) << "a stale tick after Stop";
+    goro::SleepFor(absl::Milliseconds(20));
+    EXPECT_FALSE(Ready(tick)) << "a tick after Stop";
+    tick.Stop();  // a second Stop does nothing
+
+    absl::Time reset_at = absl::Now();
+    tick.Reset(absl::Milliseconds(5));
+    for (int k = 1; k <= 3; ++k) {
+      std::optional<absl::Time> t = tick.C().Recv();
+      ASSERT_TRUE(t.has_value());
+      EXPECT_GE(*t, reset_at + k * absl::Milliseconds(5) - absl::Milliseconds(1)) << "tick " << k;
+    }
+  });
+}
+
+// Reset of a running ticker drops the tick of the old period that waits in
+// the buffer, and the next tick comes a new period after the Reset.
+TEST(TickerTest, ResetDropsAStaleTickAndChangesThePeriod) {
+  RunBounded([] {
+    goro::Ticker tick(absl::Milliseconds(1));
+    goro::SleepFor(absl::Milliseconds(10));  // a tick waits in the buffer
+    absl::Time reset_at = absl::Now();
+    tick.Reset(absl::Milliseconds(30));
+    std::optional<absl::Time> t = tick.C().Recv();
+    ASSERT_TRUE(t.has_value());
+    EXPECT_GE(*t, reset_at + absl::Milliseconds(29)) << "received a tick from before the Reset";
+  });
+}
+
+// Stop and Reset from goroutines on both Ps and a plain thread at once,
+// while ticks fire: the heap stays whole, and after a final Stop nothing
+// comes. Fails (heap corruption, a tick after the final Stop) if Stop and
+// Reset are not serialised with each other and with the firing.
+TEST(TickerTest, ConcurrentStopAndResetLeaveOneConsistentTicker) {
+  RunBounded([] {
+    goro::Ticker tick(absl::Microseconds(50));
+    goro::WaitGroup wg;
+    std::atomic<int> received{0};
+    for (int w = 0; w < 4; ++w) {
+      wg.Add(1);
+      goro::Go([&tick, &wg, &received, w] {
+        for (int i = 0; i < 5000; ++i) {
+          if ((i + w) % 3 == 0) {
+            tick.Stop();
+          } else {
+            tick.Reset(absl::Microseconds(1 + (i * 7 + w) % 100));
+          }
+          if (i % 50 == 0) goro::SleepFor(absl::Microseconds(300));  // let it tick now and then
+          if (Ready(tick)) received.fetch_add(1);
+        }
+        wg.Done();
+      });
+    }
+    std::thread plain([&tick] {
+      for (int i = 0; i < 5000; ++i) tick.Reset(absl::Microseconds(1 + i % 50));
+    });
+    wg.Wait();
+    goro::Syscall([&plain] {
+      plain.join();
+      return 0;
+    });
+    tick.Stop();
+    goro::SleepFor(absl::Milliseconds(5));
+    EXPECT_FALSE(Ready(tick)) << "a tick after the final Stop";
+    EXPECT_GT(received.load(), 0) << "no tick ever came: the test proved nothing";
+  });
+}
+
+// A destroyed Ticker's channel, still held, never receives again.
+TEST(TickerTest, ChannelOutlivesTheTicker) {
+  RunBounded([] {
+    goro::Chan<absl::Time> c;
+    {
+      goro::Ticker tick(absl::Milliseconds(1));
+      c = tick.C();
+    }
+    goro::SleepFor(absl::Milliseconds(20));
+    std::optional<absl::Time> v;
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &v), goro::OnDefault()), 1) << "a destroyed Ticker ticked";
+  });
+}
+
+TEST(TickerDeathTest, NonPositiveIntervalIsFatal) {
+  EXPECT_DEATH(
+      goro::Run([] { goro::Ticker tick(absl::ZeroDuration()); }, goro_test::TestOptions()),
+      "goroutine [0-9]+.*non-positive interval for Ticker: 0");
+  EXPECT_DEATH(
+      goro::Run(
+          [] {
+            goro::Ticker tick(absl::Seconds(1));
+            tick.Reset(absl::Milliseconds(-5));
+          },
+          goro_test::TestOptions()),
+      "non-positive interval for Ticker.Reset: -5ms");
+}
+
 TEST(TimerTest, CondVarWaitForTimesOut) {
   RunBounded([] {
     goro::Mutex mu;

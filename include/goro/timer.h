@@ -1,4 +1,4 @@
-// goro/timer.h: timer channels.
+// goro/timer.h: timer channels: After, Timer and Ticker.
 #ifndef GORO_TIMER_H_
 #define GORO_TIMER_H_
 
@@ -67,6 +67,49 @@ class Timer {
   bool DrainLocked();
   std::unique_ptr<State> state_;  // pinned: the timer heap points into it
   Chan<absl::Time> ch_{nullptr};  // C(): the State's channel, unless reassigned
+};
+
+// A ticker (Go's time.Ticker, with Go 1.23's guarantees): C() receives the
+// current time every `d`, the first time `d` after the Ticker was made or
+// last Reset. Ticks are due at exact multiples of `d` from then, and none
+// comes early. The channel holds one tick: a receiver that falls behind
+// finds the oldest tick it missed, and the ones after it are dropped, so
+// ticks never pile up. Once Stop or Reset has returned, no tick from before
+// it can be received. A `d` that is zero or negative is a fatal error
+// naming the goroutine, as it is a panic in Go.
+//
+//   goro::Ticker tick(absl::Seconds(1));
+//   for (;;) {
+//     std::optional<absl::Time> t;
+//     std::optional<Msg> m;
+//     if (goro::Select(goro::OnRecv(tick.C(), &t), goro::OnRecv(in, &m)) == 0) Report();
+//     ...
+//   }
+//
+// Stop and Reset may be called from any goroutine or thread, concurrently;
+// the destructor stops the ticker. C() may outlive the Ticker (it then never
+// receives). Starts the runtime, with the defaults, if it has not started.
+class Ticker {
+ public:
+  explicit Ticker(absl::Duration d);
+  ~Ticker();
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+
+  // The channel the ticks are sent on (buffer of one); as Timer::C().
+  Chan<absl::Time>& C() { return ch_; }
+
+  // No more ticks; a tick in C()'s buffer is dropped. Stopping a stopped
+  // Ticker does nothing.
+  void Stop();
+  // Stops the ticker and starts it again with period `d`, the first tick `d`
+  // from now. Restarts a stopped Ticker.
+  void Reset(absl::Duration d);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;  // pinned: the timer heap points into it
+  Chan<absl::Time> ch_{nullptr};
 };
 
 }  // namespace goro
