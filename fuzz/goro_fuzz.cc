@@ -91,6 +91,7 @@ enum Op : uint8_t {
   kSpawnHelper,     // Go a helper that increments a counter k times
   kPrivate,         // an operation on a private channel, against the model
   kTimer,           // a goro::Timer: received, stopped, reset, or stopped late
+  kTicker,          // a goro::Ticker: two ticks received, stopped, reset, or stopped late
   kNumOps
 };
 
@@ -388,6 +389,43 @@ void Worker(State* s, int w) {
             goro::SleepFor(d);  // fired by now, perhaps
             t.Stop();
             if (!nothing_left()) Fail("a Timer had a time after Stop");
+            break;
+        }
+        break;
+      }
+      case kTicker: {
+        // Ticks come on the schedule, none early; a stopped Ticker's
+        // channel never has a tick.
+        absl::Duration d = Tiny(a) + absl::Microseconds(10);
+        int64_t start = MonoNanos();
+        goro::Ticker t(d);
+        auto nothing_left = [&t] {
+          std::optional<absl::Time> v;
+          return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 1;
+        };
+        switch ((a >> 3) & 3) {
+          case 0:
+            for (int k = 1; k <= 2; ++k) {
+              if (!t.C().Recv()) Fail("Ticker channel gave nullopt");
+              CheckElapsed("Ticker ticked early", start, k * d);
+            }
+            break;
+          case 1:
+            t.Stop();
+            if (!nothing_left()) Fail("a Ticker had a tick after Stop");
+            break;
+          case 2: {
+            absl::Duration d2 = Tiny(a >> 5) + absl::Microseconds(10);
+            int64_t reset = MonoNanos();
+            t.Reset(d2);
+            if (!t.C().Recv()) Fail("reset Ticker channel gave nullopt");
+            CheckElapsed("reset Ticker ticked early", reset, d2);
+            break;
+          }
+          default:
+            goro::SleepFor(3 * d);  // ticked by now, perhaps
+            t.Stop();
+            if (!nothing_left()) Fail("a Ticker had a tick after Stop");
             break;
         }
         break;
