@@ -314,14 +314,16 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   }
 }
 
-absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadline) {
+absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadline, size_t* written) {
   internal::RuntimeScope scope;
+  size_t unreported;
+  size_t& done = written != nullptr ? *written : unreported;  // what every return reports
+  done = 0;
   internal::PollDesc* pd;
   uint64_t seq;
   bool pollable, stream;
   if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
   const char* p = static_cast<const char*>(buf);
-  size_t done = 0;
   int64_t dl = internal::DeadlineNanos(deadline);
   // One Write at a time on every kind of file: its bytes are not
   // interleaved with another's, and on a blocking stream the poll(2) before

@@ -540,6 +540,55 @@ TEST_F(IoTest, DeadlineInThePastFailsAtOnce) {
       absl::Seconds(25));
 }
 
+// A Write that fails after writing part of its buffer says how much it
+// wrote, as Go's returns n with the error: after a deadline on a full pipe
+// (blocking and non-blocking, 4 KiB of room), *written is what the reader
+// can then read, and writing the rest from there delivers the whole buffer
+// once, in order. Fails if `written` is not kept up to date (0, or the
+// buffer's size, against the 4096 bytes in the pipe).
+TEST_F(IoTest, WriteThatFailsPartWaySaysHowMuchItWrote) {
+  for (int flags : {O_CLOEXEC, O_CLOEXEC | O_NONBLOCK}) {
+    int p[2];
+    ASSERT_EQ(pipe2(p, flags), 0);
+    ASSERT_EQ(fcntl(p[1], F_SETPIPE_SZ, 4096), 4096);
+    goro_test::RunBounded(
+        [&] {
+          std::string sent(10000, '\0');
+          for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<char>('a' + i % 26);
+          size_t written = 12345;
+          absl::StatusOr<size_t> w = io::Write(p[1], sent.data(), sent.size(), In(absl::Milliseconds(30)), &written);
+          EXPECT_TRUE(absl::IsDeadlineExceeded(w.status())) << w.status();
+          EXPECT_GT(written, 0u) << "flags " << flags;
+          EXPECT_LT(written, sent.size()) << "flags " << flags;
+          std::string got;
+          goro::WaitGroup wg;
+          wg.Add(1);
+          goro::Go([&] {
+            char buf[1000];
+            while (got.size() < sent.size()) {
+              absl::StatusOr<size_t> r = io::Read(p[0], buf, sizeof buf, In(absl::Seconds(10)));
+              if (!r.ok()) break;
+              got.append(buf, *r);
+            }
+            wg.Done();
+          });
+          size_t rest_written = 0;
+          w = io::Write(p[1], sent.data() + written, sent.size() - written, In(absl::Seconds(10)), &rest_written);
+          EXPECT_TRUE(w.ok()) << w.status();
+          EXPECT_EQ(rest_written, sent.size() - written);
+          wg.Wait();
+          EXPECT_EQ(got, sent) << "flags " << flags << ": " << got.size() << " bytes read, " << written
+                               << " said to be written before the deadline";
+          size_t bad = 7;
+          EXPECT_FALSE(io::Write(-1, sent.data(), 1, absl::InfiniteFuture(), &bad).ok());
+          EXPECT_EQ(bad, 0u);
+          EXPECT_TRUE(io::Close(p[0]).ok());
+          EXPECT_TRUE(io::Close(p[1]).ok());
+        },
+        absl::Seconds(25));
+  }
+}
+
 // As in Go, a deadline already passed fails before any system call, so the
 // operation takes nothing that was ready: the data stays for the next Read,
 // the pipe's room stays empty, the pending connection stays queued, and

@@ -69,10 +69,13 @@ namespace goro::io {
 // deadline, as Go's does.
 absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline = absl::InfiniteFuture());
 // Writes all n bytes (completing partial writes); returns n, or an error with
-// some bytes possibly written. With n == 0 it returns 0 once it has its
-// turn (if the deadline has not passed), without waiting for room.
+// some bytes possibly written. If `written` is given, *written is the number
+// of bytes written, on success and on error (Go's n from a Write that
+// failed): after a deadline, the rest of a stream write can be resumed from
+// there. With n == 0 it returns 0 once it has its turn (if the deadline has
+// not passed), without waiting for room.
 absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n,
-                             absl::Time deadline = absl::InfiniteFuture());
+                             absl::Time deadline = absl::InfiniteFuture(), size_t* written = nullptr);
 // Accepts a connection; the new fd is non-blocking and close-on-exec.
 absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline = absl::InfiniteFuture());
 // Connects fd (a socket) to addr, waiting for the connection to complete.
