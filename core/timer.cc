@@ -190,7 +190,7 @@ int64_t RunTimers(P* p, int64_t now, int* fired) {
     t->f(t);
     if (fired != nullptr) ++*fired;
     if (period > 0) {
-      t->when += t->period * ((now - t->when) / t->period + 1);
+      t->when += period * ((now - t->when) / period + 1);
       p->timers.push_back(t);
       SiftUp(p->timers, p->timers.size() - 1);
     }
@@ -364,6 +364,20 @@ bool Timer::Stop() {
 // A pending timer is only moved (ResetTimer): it has sent nothing, so there
 // is nothing to drain. Otherwise it is out of the heap, and stays out while
 // mu is held: drain, then add it again.
+bool Timer::Reset(absl::Duration d) {
+  internal::RuntimeScope scope;
+  int64_t when = internal::NanotimeIn(d);
+  state_->mu.Lock();
+  bool stopped = internal::ResetTimer(&state_->timer, when);
+  if (!stopped) {
+    stopped = DrainLocked();
+    state_->timer.when = when;
+    internal::AddTimer(&state_->timer);
+  }
+  state_->mu.Unlock();
+  return stopped;
+}
+
 // A goro::Ticker's: as a Timer's, with a period (its record's).
 struct Ticker::State {
   internal::Timer timer;
@@ -423,20 +437,6 @@ void Ticker::Reset(absl::Duration d) {
   state_->timer.when = internal::Nanotime() + period;
   internal::AddTimer(&state_->timer);
   state_->mu.Unlock();
-}
-
-bool Timer::Reset(absl::Duration d) {
-  internal::RuntimeScope scope;
-  int64_t when = internal::NanotimeIn(d);
-  state_->mu.Lock();
-  bool stopped = internal::ResetTimer(&state_->timer, when);
-  if (!stopped) {
-    stopped = DrainLocked();
-    state_->timer.when = when;
-    internal::AddTimer(&state_->timer);
-  }
-  state_->mu.Unlock();
-  return stopped;
 }
 
 }  // namespace goro

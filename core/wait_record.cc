@@ -79,6 +79,8 @@ FreeSlot* NewBlock() {
 }  // namespace
 
 void WaitRecordRefill(P* p) {
+  int n = p->wait_records_n;
+  if (n > kWaitRecordCacheSize - kBatch) Fatal("WaitRecordRefill: no room in the P's cache");
   shared.lock.Lock();
   FreeSlot* batch = shared.batches;
   if (batch != nullptr) {
@@ -87,8 +89,6 @@ void WaitRecordRefill(P* p) {
   }
   shared.lock.Unlock();
   if (batch == nullptr) batch = NewBlock();
-  int n = p->wait_records_n;
-  if (n > kWaitRecordCacheSize - kBatch) Fatal("WaitRecordRefill: no room in the P's cache");
   for (FreeSlot* f = batch; f != nullptr;) {
     FreeSlot* next = f->next;
     PoisonWaitRecord(f);
