@@ -813,11 +813,15 @@ void CheckDeadLocked(bool report_now) {
   if (sched.exiting.load(std::memory_order_acquire) && sched.exit_run_waiters == 0) return;
   if (sched.external_awake.load() > 0) return;  // a plain thread may wake someone
   // Someone is running. Ms wired to a blocked goroutine are as idle as the
-  // goroutine, and so is an M asleep on its futex until a timer (not in
-  // epoll_wait): it holds no P, and what it waits for is checked below - a
-  // timer stopped since it went to sleep (goro::Timer::Stop, DelTimer) does
-  // not wake it.
-  const int32_t timer_sleeping = sched.timer_sleeper != nullptr && !sched.sleeper_polls ? 1 : 0;
+  // goroutine, and so is the timer sleeper, asleep on its futex until a
+  // timer or in epoll_wait: it holds no P, and what it waits for is checked
+  // below. A timer stopped since it went to sleep (goro::Timer::Stop,
+  // DelTimer) does not wake it, nor does the end of the I/O wait it went to
+  // poll for (io::Close, a deadline): netpoll_waiters counts a waiter until
+  // it runs again, so one that was readied as the sleeper decided to poll
+  // left it in epoll_wait with nothing to wait for, for good. The woken
+  // waiter's M checks again when it next goes idle.
+  const int32_t timer_sleeping = sched.timer_sleeper != nullptr ? 1 : 0;
   if (sched.mcount - sched.nmidle - sched.nmlocked - timer_sleeping > 0) return;
   if (sched.runq_size.load() != 0) return;
   for (P* p : sched.allp) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "goro/goro.h"
+#include "goro/io.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -45,6 +46,42 @@ TEST(DeadlockTest, RecvForeverOnAChannel) {
                  c.Recv();
                }),
                kDeadlock);
+}
+
+// The last I/O wait ends (io::Close of the fd, or its deadline), then every
+// goroutine blocks for good: a deadlock, as Go reports it. The waiter is
+// wired (LockOSThread), so that it runs again a little after it is readied;
+// an M that ran out of work in between used to become the polling timer
+// sleeper (the waiter still counted as waiting on I/O) and sit in
+// epoll_wait for good, counted as running: the program hung, 8/20 (Close)
+// and 15/20 (deadline) runs of the reviewer's version. Five children per
+// way of ending the wait; without the fix most hang until their watchdog.
+TEST(DeadlockTest, ReportedAfterTheLastIoWaitEnds) {
+  for (bool by_close : {true, false}) {
+    for (int round = 0; round < 5; ++round) {
+      EXPECT_DEATH(RunExpectingDeadlock([by_close] {
+                     int p[2];
+                     if (pipe(p) != 0) abort();
+                     goro::WaitGroup wg;
+                     wg.Add(1);
+                     goro::Go([&] {
+                       goro::LockOSThread();
+                       char b;
+                       absl::Time deadline =
+                           by_close ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(20);
+                       (void)goro::io::Read(p[0], &b, 1, deadline);
+                       wg.Done();
+                     });
+                     goro::SleepFor(absl::Milliseconds(10));
+                     if (by_close) (void)goro::io::Close(p[0]);
+                     wg.Wait();
+                     goro::Chan<int> never;
+                     never.Recv();
+                   }),
+                   kDeadlock)
+          << (by_close ? "io::Close" : "deadline") << ", round " << round;
+    }
+  }
 }
 
 __attribute__((noinline)) void RecvForeverInDeadlockTest(goro::Chan<int> c) {
