@@ -443,6 +443,22 @@ TEST(TimerTest, ResetReordersPendingTimers) {
   });
 }
 
+// C() may be closed by its user (Go's receive-only t.C cannot be). Stop
+// and Reset still say whether they kept a time from being received: the
+// ready receive of a closed channel is not a time. Fails if the drain counts
+// it as one (Stop of a stopped timer said true).
+TEST(TimerTest, StopAndResetAfterCIsClosedSayWhatHappened) {
+  RunBounded([] {
+    goro::Timer t(absl::Hours(1));
+    t.C().Close();
+    EXPECT_TRUE(t.Stop()) << "Stop of a pending timer";
+    EXPECT_FALSE(t.Stop()) << "Stop of a stopped timer, C() closed";
+    EXPECT_FALSE(t.Reset(absl::Milliseconds(1))) << "Reset of a stopped timer, C() closed";
+    goro::SleepFor(absl::Milliseconds(20));  // fired; its offer to the closed channel fails
+    EXPECT_FALSE(t.Stop()) << "Stop after firing into a closed C()";
+  });
+}
+
 TEST(TimerTest, TimerChannelOutlivesTheTimer) {
   RunBounded([] {
     goro::Chan<absl::Time> c;
