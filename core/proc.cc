@@ -396,6 +396,8 @@ const char* WaitReasonString(WaitReason r) {
     case WaitReason::kSelectNoCases: return "select (no cases)";
     case WaitReason::kSleep: return "sleep";
     case WaitReason::kSyncMutexLock: return "sync.Mutex.Lock";
+    case WaitReason::kSyncRWMutexRLock: return "sync.RWMutex.RLock";
+    case WaitReason::kSyncRWMutexLock: return "sync.RWMutex.Lock";
     case WaitReason::kWaitGroupWait: return "sync.WaitGroup.Wait";
     case WaitReason::kCondVarWait: return "sync.Cond.Wait";
     case WaitReason::kSemacquire: return "semacquire";

@@ -98,6 +98,8 @@ enum class WaitReason : uint8_t {
   kSelectNoCases,
   kSleep,
   kSyncMutexLock,
+  kSyncRWMutexRLock,  // a reader waits for a writer to release the lock
+  kSyncRWMutexLock,   // a writer waits for the readers to leave
   kWaitGroupWait,
   kCondVarWait,
   kSemacquire,

@@ -36,6 +36,12 @@ extern std::atomic<void (*)()> mutex_unlock_wake_hook;
 // The same for CondVar::Signal and SignalAll: called once a waiter has been
 // chosen, before the signaller's last touch of the CondVar.
 extern std::atomic<void (*)()> condvar_signal_hook;
+// The same for RWMutex::Unlock (tests/rwmutex_test.cc), called with where it
+// is: kGap between its unlock of the writers' Mutex and its return of the
+// readers' count (the lock is still write-held), kWake just before it wakes
+// the blocked readers or the waiting writer (its last touches).
+enum class RWMutexUnlockPoint { kGap, kWake };
+extern std::atomic<void (*)(RWMutexUnlockPoint)> rwmutex_unlock_hook;
 
 }  // namespace goro::internal
 

@@ -1,5 +1,7 @@
-// WaitGroup, Mutex and CondVar (include/goro/sync.h).
+// WaitGroup, Mutex, RWMutex and CondVar (include/goro/sync.h).
 #include <sched.h>
+
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "core/fatal.h"
@@ -13,6 +15,7 @@ namespace goro {
 namespace internal {
 std::atomic<void (*)()> mutex_unlock_wake_hook{nullptr};
 std::atomic<void (*)()> condvar_signal_hook{nullptr};
+std::atomic<void (*)(RWMutexUnlockPoint)> rwmutex_unlock_hook{nullptr};
 }  // namespace internal
 
 using internal::Nanotime;
@@ -234,6 +237,171 @@ void Mutex::UnlockSlow(int32_t old) {
       return;
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// RWMutex
+//
+// Go's algorithm. readers_ counts the readers that hold the lock or wait for
+// it; a writer, once it holds writer_ (which settles the writers among
+// themselves), announces itself by taking kMaxReaders off it. From then on an
+// RLock that finds readers_ negative sleeps on reader_sema_, and the writer
+// waits for the readers it found (the count it took kMaxReaders from) to
+// leave: it adds their number to departing_, each of them takes one off as
+// it leaves (its RUnlock found readers_ negative), and whoever brings
+// departing_ to zero - the writer itself if they had all left already, or
+// the last reader - lets the writer in. The writer's Unlock gives kMaxReaders
+// back; what it then finds in readers_ is the number of readers that blocked
+// meanwhile, and it wakes that many.
+//
+// The order of Unlock's steps is goro's own. Go gives readers_ back first,
+// then wakes the blocked readers, then unlocks writer_: a reader can then
+// get in, get out and - being the last user, as the std::shared_mutex rule
+// allows - destroy the RWMutex while the Unlock has writer_ (or the readers'
+// semaphore) still to touch. Go's garbage collector makes that harmless; here
+// it would be a use after free. So Unlock unlocks writer_ first, while the
+// lock is still write-held (readers_ negative), when no one can take the
+// RWMutex for unlocked and destroy it. Its last touch is then the addition
+// to readers_, or a semaphore release that comes after it:
+//  - readers_ back at zero: nothing follows; readers and writers may come
+//    and go, and the RWMutex may be destroyed.
+//  - readers_ above zero: that many readers are blocked in RLock, and the
+//    RWMutex cannot be destroyed while they are; one SemReleaseN wakes them
+//    all, and none of their SemAcquire calls returns before it is done with
+//    the semaphore (core/sema.h). (A reader that comes after a new writer
+//    may take one of those wake-ups from a slower reader blocked earlier -
+//    the semaphore's count is not addressed to anyone - but then the new
+//    writer, which counted the slower reader, waits in Lock until as many
+//    readers as it counted have left, which takes every one of the wake-ups.)
+//  - readers_ still negative: the next writer took writer_ in the gap and
+//    announced itself before the kMaxReaders came back (readers_ went down to
+//    -2 * kMaxReaders plus the blocked readers). Its Lock found readers_
+//    negative and sleeps on writer_sema_ unconditionally; the Unlock stands
+//    in for its announcement: it puts the blocked readers into departing_ for
+//    it, wakes them, and, when there were none, wakes the writer itself. That
+//    writer is in Lock until the last woken reader (or this Unlock) releases
+//    writer_sema_, so nothing can destroy the RWMutex before; and each woken
+//    reader's RUnlock comes after the SemAcquire that the SemReleaseN has
+//    finished with. The blocked readers get the lock before that writer, as
+//    in Go, where they are woken before the next writer can announce itself.
+// An RUnlock's last touch is its subtraction from readers_, or, if a writer
+// waits for it, from departing_, or the release of writer_sema_ that lets the
+// writer in; the writer's Lock returns only after that release. Lock, RLock,
+// TryLock and TryRLock touch the RWMutex only while their caller is in a lock
+// function, when it may not be destroyed.
+
+namespace {
+
+// More than any number of readers; twice it is the lowest readers_ can be.
+constexpr int32_t kMaxReaders = 1 << 30;
+
+}  // namespace
+
+void RWMutex::RLock() {
+  internal::NoteThread();
+  if (readers_.fetch_add(1, std::memory_order_acq_rel) >= 0) return;
+  RLockSlow();  // a writer holds the lock or waits for it
+}
+
+void RWMutex::RLockSlow() {
+  internal::RuntimeScope scope;
+  internal::SemAcquire(&reader_sema_, &reader_waiters_, false, WaitReason::kSyncRWMutexRLock);
+}
+
+bool RWMutex::TryRLock() {
+  internal::NoteThread();
+  int32_t c = readers_.load(std::memory_order_relaxed);
+  while (c >= 0) {
+    if (readers_.compare_exchange_weak(c, c + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void RWMutex::RUnlock() {
+  internal::NoteThread();
+  int32_t old = readers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (old > 0) return;
+  RUnlockSlow(old);  // a writer waits for the readers to leave, or misuse
+}
+
+void RWMutex::RUnlockSlow(int32_t old) {
+  internal::RuntimeScope scope;
+  // Nobody held it for reading: unlocked, write-held with nobody blocked, or
+  // with nobody blocked in the gap where the next writer has announced itself
+  // before the last one's Unlock gave its count back (INT32_MIN; the
+  // subtraction wrapped).
+  if (old == 0 || old == -kMaxReaders || old == INT32_MIN) {
+    internal::FatalG("sync: RUnlock of unlocked RWMutex");
+  }
+  if (departing_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // The last reader the writer waits for.
+    internal::SemRelease(&writer_sema_, &writer_waiters_, false);
+  }
+}
+
+void RWMutex::Lock() {
+  writer_.Lock();
+  int32_t readers = readers_.fetch_add(-kMaxReaders, std::memory_order_acq_rel);
+  if (readers == 0) return;
+  LockSlow(readers);
+}
+
+void RWMutex::LockSlow(int32_t readers) {
+  internal::RuntimeScope scope;
+  // readers < 0: the previous writer's Unlock has not given its kMaxReaders
+  // back yet, and will count our readers for us.
+  if (readers > 0 && departing_.fetch_add(readers, std::memory_order_acq_rel) + readers == 0) return;
+  internal::SemAcquire(&writer_sema_, &writer_waiters_, false, WaitReason::kSyncRWMutexLock);
+}
+
+bool RWMutex::TryLock() {
+  if (!writer_.TryLock()) return false;
+  int32_t unlocked = 0;
+  if (!readers_.compare_exchange_strong(unlocked, -kMaxReaders, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed)) {
+    writer_.Unlock();
+    return false;
+  }
+  return true;
+}
+
+void RWMutex::Unlock() {
+  internal::NoteThread();
+  if (readers_.load(std::memory_order_relaxed) >= 0) {
+    internal::RuntimeScope scope;
+    internal::FatalG("sync: Unlock of unlocked RWMutex");
+  }
+  writer_.Unlock();  // first: see above
+  if (auto hook = internal::rwmutex_unlock_hook.load(std::memory_order_relaxed)) [[unlikely]] {
+    hook(internal::RWMutexUnlockPoint::kGap);
+  }
+  int32_t old = readers_.fetch_add(kMaxReaders, std::memory_order_acq_rel);
+  if (old == -kMaxReaders) return;  // nobody blocked, no writer next
+  UnlockSlow(old);
+}
+
+void RWMutex::UnlockSlow(int32_t old) {
+  internal::RuntimeScope scope;
+  if (old >= 0) internal::FatalG("sync: Unlock of unlocked RWMutex");  // two Unlocks raced
+  int32_t readers = old + kMaxReaders;  // what readers_ holds now
+  auto hook = internal::rwmutex_unlock_hook.load(std::memory_order_relaxed);
+  if (hook != nullptr) hook(internal::RWMutexUnlockPoint::kWake);
+  if (readers > 0) {
+    // The readers that blocked while we held the lock.
+    internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(readers), false);
+    return;
+  }
+  // Below zero: the next writer has announced itself. The readers blocked
+  // behind us go first, and it waits for them as if it had found them.
+  int32_t blocked = readers + kMaxReaders;
+  if (blocked == 0) {
+    internal::SemRelease(&writer_sema_, &writer_waiters_, false);
+    return;
+  }
+  departing_.fetch_add(blocked, std::memory_order_acq_rel);
+  internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(blocked), false);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-// goro/sync.h: WaitGroup, Mutex and CondVar for goroutines.
+// goro/sync.h: WaitGroup, Mutex, RWMutex and CondVar for goroutines (Go's
+// sync package).
 //
-// All three block only the calling goroutine, never its thread, when called on a
-// goroutine; called from a plain thread they block that thread. They may be
-// shared freely between goroutines and plain threads. None of them may be
+// All of them block only the calling goroutine, never its thread, when called
+// on a goroutine; called from a plain thread they block that thread. They may
+// be shared freely between goroutines and plain threads. None of them may be
 // copied or moved while in use.
 #ifndef GORO_SYNC_H_
 #define GORO_SYNC_H_
@@ -16,7 +17,8 @@ namespace goro {
 
 namespace internal {
 // The queue of goroutines sleeping on one semaphore word (core/sema.cc). Each
-// Mutex and WaitGroup owns one, so waking a waiter never searches a table.
+// Mutex and WaitGroup owns one (an RWMutex two), so waking a waiter never
+// searches a table.
 struct SemaQueue {
   std::atomic<uint32_t> lock{0};
   std::atomic<uint32_t> nwait{0};  // waiters queued; read without the lock
@@ -86,6 +88,69 @@ class Mutex {
   std::atomic<int32_t> state_{0};
   std::atomic<uint32_t> sema_{0};
   internal::SemaQueue waiters_;
+};
+
+// A reader/writer lock (Go's sync.RWMutex): held by any number of readers
+// (RLock) or by one writer (Lock). Writers go first: once a Lock is waiting,
+// new RLock calls block until that writer has had the lock and released it,
+// so a steady stream of readers cannot starve a writer. So a reader must not
+// take the read lock again while it holds it (recursive read locking): if a
+// writer's Lock began in between, the second RLock waits for that writer,
+// which waits for the first RLock to be undone, and neither returns. Readers
+// that were already blocked when a writer releases the lock get it before
+// the next writer does.
+// A locked RWMutex belongs to no goroutine: one may RLock (Lock) it and
+// another RUnlock (Unlock) it. RUnlock of an RWMutex not locked for reading,
+// and Unlock of one not locked for writing, are fatal errors (not every such
+// misuse is caught). TryLock and TryRLock never block; a TryRLock fails while
+// a writer holds the lock or waits for it.
+// The lower-case names let std::unique_lock and std::shared_lock use it.
+// As with std::shared_mutex, an RWMutex may be destroyed as soon as it is
+// unlocked and nobody is in (or will call) a lock function, even if another
+// goroutine's Unlock or RUnlock has not returned yet (core/sync.cc explains
+// the order of Unlock's steps that makes this hold; Go's order does not).
+class RWMutex {
+ public:
+  RWMutex() = default;
+  RWMutex(const RWMutex&) = delete;
+  RWMutex& operator=(const RWMutex&) = delete;
+
+  void Lock();
+  void Unlock();
+  bool TryLock();
+  void RLock();
+  void RUnlock();
+  bool TryRLock();
+
+  void lock() { Lock(); }
+  void unlock() { Unlock(); }
+  bool try_lock() { return TryLock(); }
+  void lock_shared() { RLock(); }
+  void unlock_shared() { RUnlock(); }
+  bool try_lock_shared() { return TryRLock(); }
+
+ private:
+  friend struct RWMutexAccess;  // tests/rwmutex_test.cc reads readers_
+  void RLockSlow();
+  void RUnlockSlow(int32_t old);
+  void LockSlow(int32_t readers);
+  void UnlockSlow(int32_t old);
+
+  // Held by the writer that holds the lock or is waiting for its readers to
+  // leave; other writers queue on it.
+  Mutex writer_;
+  // The readers that hold the lock or wait for it, minus kMaxReaders for a
+  // writer that holds it or waits for it (minus twice that between a
+  // writer's release of writer_ and its release of the readers, when the
+  // next writer has announced itself already).
+  std::atomic<int32_t> readers_{0};
+  // Readers a waiting writer still waits for: each leaving reader takes one
+  // off, and the one that reaches zero wakes the writer.
+  std::atomic<int32_t> departing_{0};
+  std::atomic<uint32_t> writer_sema_{0};  // the waiting writer sleeps here
+  std::atomic<uint32_t> reader_sema_{0};  // readers blocked by a writer sleep here
+  internal::SemaQueue writer_waiters_;
+  internal::SemaQueue reader_waiters_;
 };
 
 // A condition variable (Go's sync.Cond with the mutex passed to Wait).
