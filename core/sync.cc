@@ -1,7 +1,8 @@
-// WaitGroup, Mutex, RWMutex and CondVar (include/goro/sync.h).
+// WaitGroup, Mutex, RWMutex, Once and CondVar (include/goro/sync.h).
 #include <sched.h>
 
 #include <climits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "core/fatal.h"
@@ -402,6 +403,16 @@ void RWMutex::UnlockSlow(int32_t old) {
   }
   departing_.fetch_add(blocked, std::memory_order_acq_rel);
   internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(blocked), false);
+}
+
+// ---------------------------------------------------------------------------
+// Once
+
+void Once::DoSlow(absl::FunctionRef<void()> f) {
+  std::lock_guard<Mutex> lock(mu_);  // unlocked if f throws: not done then
+  if (done_.load(std::memory_order_relaxed) != 0) return;
+  f();
+  done_.store(1, std::memory_order_release);
 }
 
 // ---------------------------------------------------------------------------

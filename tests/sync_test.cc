@@ -1,4 +1,4 @@
-// WaitGroup, Mutex and CondVar.
+// WaitGroup, Mutex, CondVar and Once.
 #include <atomic>
 #include <cstring>
 #include <cstdint>
@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -1081,6 +1082,108 @@ TEST(CondVarTest, PlainThreadsOnly) {
   a.join();
   b.join();
   EXPECT_EQ(turn, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Once
+
+// 100 goroutines on 2 Ps call Do at once. f runs once, and long enough (it
+// sleeps) that most of them arrive while it runs; each must find all of f's
+// work done when its Do returns.
+TEST(OnceTest, FRunsOnceAndEveryDoReturnsAfterIt) {
+  RunBounded([] {
+    constexpr int kCallers = 100, kEntries = 1000;
+    goro::Once once;
+    std::atomic<int> calls{0}, incomplete{0};
+    std::vector<int> table;  // written by f, read after Do; plain on purpose
+    goro::WaitGroup wg;
+    wg.Add(kCallers);
+    for (int i = 0; i < kCallers; ++i) {
+      goro::Go([&] {
+        once.Do([&] {
+          calls.fetch_add(1);
+          goro::SleepFor(absl::Milliseconds(20));
+          for (int k = 0; k < kEntries; ++k) table.push_back(k);
+        });
+        if (table.size() != kEntries || table.back() != kEntries - 1) ++incomplete;
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(incomplete.load(), 0) << "a Do returned before f had";
+    EXPECT_LT(goro::GetStats().threads, 20) << "callers waiting for f kept their threads";
+  });
+}
+
+// As with std::call_once: an f that throws leaves the Once not done, the
+// exception reaches its caller, and the next Do (one waiting already, here)
+// runs its own f.
+TEST(OnceTest, AThrowingFLeavesItNotDone) {
+  RunBounded([] {
+    goro::Once once;
+    std::atomic<int> runs{0}, thrown{0}, seen_done{0};
+    goro::WaitGroup wg;
+    wg.Add(3);
+    for (int i = 0; i < 3; ++i) {
+      goro::Go([&, i] {
+        if (i > 0) goro::SleepFor(absl::Milliseconds(5));  // arrive while the first f runs
+        try {
+          once.Do([&] {
+            if (runs.fetch_add(1) == 0) {
+              goro::SleepFor(absl::Milliseconds(30));
+              throw std::runtime_error("f failed");
+            }
+          });
+          seen_done.fetch_add(1);
+        } catch (const std::runtime_error&) {
+          thrown.fetch_add(1);
+        }
+        wg.Done();
+      });
+    }
+    wg.Wait();
+    EXPECT_EQ(thrown.load(), 1);
+    EXPECT_EQ(runs.load(), 2) << "the Once took a throwing f for done (or ran f again after success)";
+    EXPECT_EQ(seen_done.load(), 2);
+    once.Do([&] { runs.fetch_add(1); });
+    EXPECT_EQ(runs.load(), 2);
+  });
+}
+
+// A plain thread runs f; goroutines that call Do meanwhile wait for it.
+TEST(OnceTest, PlainThreadRunsFWhileGoroutinesWait) {
+  goro_test::StartRuntime();
+  Watchdog dog;
+  goro::Once once;
+  std::atomic<int> calls{0}, wrong{0};
+  int value = 0;  // written by f; plain on purpose
+  absl::Notification in_f;
+  std::thread t([&] {
+    once.Do([&] {
+      calls.fetch_add(1);
+      in_f.Notify();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      value = 42;
+    });
+    if (value != 42) ++wrong;
+  });
+  in_f.WaitForNotification();
+  goro::WaitGroup wg;
+  wg.Add(10);
+  for (int i = 0; i < 10; ++i) {
+    goro::Go([&] {
+      once.Do([&] { calls.fetch_add(1); });
+      if (value != 42) ++wrong;
+      wg.Done();
+    });
+  }
+  wg.Wait();
+  t.join();
+  once.Do([&, n = 0]() mutable { calls.fetch_add(++n); });  // from this plain thread, done already
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(wrong.load(), 0) << "a Do returned before the thread's f had";
+  EXPECT_EQ(value, 42);
 }
 
 // ---------------------------------------------------------------------------

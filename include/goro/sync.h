@@ -1,5 +1,5 @@
-// goro/sync.h: WaitGroup, Mutex, RWMutex and CondVar for goroutines (Go's
-// sync package).
+// goro/sync.h: WaitGroup, Mutex, RWMutex, CondVar and Once for goroutines
+// (Go's sync package).
 //
 // All of them block only the calling goroutine, never its thread, when called
 // on a goroutine; called from a plain thread they block that thread. They may
@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 
 namespace goro {
@@ -196,6 +198,34 @@ class CondVar {
   std::atomic<int32_t> timers_{0};
   Waiter* head_ = nullptr;  // guarded by lock_
   Waiter* tail_ = nullptr;  // guarded by lock_
+};
+
+// Runs a function once (Go's sync.Once). The first Do calls f; every Do,
+// the first included, returns only after f has returned, and sees what f
+// did. A Do that arrives while f runs blocks (its goroutine, not its
+// thread). Once f has returned, Do is one acquire load.
+// If f throws, the exception reaches the caller of that Do and the Once is
+// not done: the next Do calls its own f, as with std::call_once. (Go differs:
+// a panicking f counts as done.)
+// Calling Do on the same Once from inside f never returns (as in Go): the
+// inner Do waits for f to return.
+class Once {
+ public:
+  Once() = default;
+  Once(const Once&) = delete;
+  Once& operator=(const Once&) = delete;
+
+  template <typename F>
+  void Do(F&& f) {
+    if (done_.load(std::memory_order_acquire) != 0) return;
+    DoSlow([&f] { std::forward<F>(f)(); });  // f may be mutable; FunctionRef calls it const
+  }
+
+ private:
+  void DoSlow(absl::FunctionRef<void()> f);
+
+  std::atomic<uint32_t> done_{0};  // set, under mu_, once f has returned
+  Mutex mu_;
 };
 
 }  // namespace goro
