@@ -92,6 +92,9 @@ enum Op : uint8_t {
   kPrivate,         // an operation on a private channel, against the model
   kTimer,           // a goro::Timer: received, stopped, reset, or stopped late
   kTicker,          // a goro::Ticker: two ticks received, stopped, reset, or stopped late
+  kRWWrite,         // RWMutex Lock (or TryLock), non-atomic increment (maybe yielding), Unlock
+  kRWRead,          // RWMutex RLock (or TryRLock), read the counter twice around a yield, RUnlock
+  kOnce,            // Once.Do on one of two Onces: its function ran exactly once, before Do returned
   kNumOps
 };
 
@@ -146,6 +149,10 @@ struct State {
   std::vector<goro::Chan<uint64_t>> chans;
   goro::Mutex mu[kMaxMutexes];
   int64_t counter[kMaxMutexes] = {};  // guarded by mu[i]
+  goro::RWMutex rw;
+  int64_t rw_counter = 0;  // written under rw's write lock, read under its read lock
+  goro::Once once[2];
+  std::atomic<int> once_runs[2] = {};
   goro::WaitGroup workers_wg;         // workers and their helpers
   goro::WaitGroup consumers_wg;       // consumers and the watcher
   std::atomic<int> finished{0};       // workers + helpers that reached Done
@@ -154,6 +161,7 @@ struct State {
   std::vector<uint64_t> sent[kMaxWorkers];
   RecvLog worker_recv[kMaxWorkers];
   int64_t incs[kMaxWorkers][kMaxMutexes] = {};
+  int64_t rw_incs[kMaxWorkers] = {};
   // Per consumer, written only by it, read after consumers_wg.Wait().
   RecvLog consumer_recv[kMaxChans];
 };
@@ -430,6 +438,40 @@ void Worker(State* s, int w) {
         }
         break;
       }
+      case kRWWrite: {
+        if (a & 1) {
+          if (!s->rw.TryLock()) break;
+        } else {
+          s->rw.Lock();
+        }
+        int64_t v = s->rw_counter;
+        if (a & 2) goro::Yield();
+        s->rw_counter = v + 1;
+        s->rw.Unlock();
+        s->rw_incs[w]++;
+        break;
+      }
+      case kRWRead: {
+        if (a & 1) {
+          if (!s->rw.TryRLock()) break;
+        } else {
+          s->rw.RLock();
+        }
+        int64_t v = s->rw_counter;
+        goro::Yield();
+        if (s->rw_counter != v) Fail("RWMutex: the counter changed under a read lock");
+        s->rw.RUnlock();
+        break;
+      }
+      case kOnce: {
+        int k = a & 1;
+        s->once[k].Do([s, k, a] {
+          if (a & 2) goro::Yield();
+          s->once_runs[k].fetch_add(1, std::memory_order_relaxed);
+        });
+        if (s->once_runs[k].load(std::memory_order_relaxed) != 1) Fail("Once: Do returned, f ran other than once");
+        break;
+      }
       case kYield:
         goro::Yield();
         break;
@@ -507,6 +549,12 @@ void Main(const Program& prog) {
     for (int w = 0; w < prog.nworkers; ++w) want += s.incs[w][m];
     std::lock_guard<goro::Mutex> lock(s.mu[m]);
     CHECK_EQ("mutex-guarded counter", s.counter[m], want);
+  }
+  {
+    int64_t want = 0;
+    for (int w = 0; w < prog.nworkers; ++w) want += s.rw_incs[w];
+    std::lock_guard<goro::RWMutex> lock(s.rw);
+    CHECK_EQ("RWMutex-guarded counter", s.rw_counter, want);
   }
   for (auto& ch : s.chans) ch.Close();
   s.consumers_wg.Wait();
