@@ -47,6 +47,10 @@ namespace {
 constexpr int kSpawnBatch = 10000;   // goroutines spawned (and joined) per iteration
 constexpr int kMutexWorkers = 4;     // goroutines contending for the mutex
 constexpr int kMutexOpsPerGo = 2500; // lock/unlock pairs per worker per iteration
+constexpr int kRWMutexWorkers = 4;     // goroutines sharing the RWMutex
+constexpr int kRWMutexOpsPerGo = 2560; // lock/unlock pairs per worker per iteration
+constexpr int kRWMutexWriteEvery = 64; // one in this many is Lock; the others RLock
+static_assert(kRWMutexOpsPerGo % kRWMutexWriteEvery == 0, "writes per worker must be exact");
 constexpr int kFibN = 27;
 constexpr int64_t kFibWant = 196418;
 constexpr size_t kBufferedChanCap = 128;
@@ -206,6 +210,49 @@ void BM_MutexContended4(benchmark::State& state) {
         static_cast<int64_t>(state.iterations()) * kMutexWorkers * kMutexOpsPerGo;
     if (counter != want) {
       Fail(state, absl::StrFormat("mutex: counter %d, want %d", counter, want));
+    }
+  });
+}
+
+// rwmutex_read_mostly: kRWMutexWorkers goroutines share one goro::RWMutex
+// and kRWMutexWorkers counters. Each does kRWMutexOpsPerGo operations: one in
+// kRWMutexWriteEvery takes Lock and increments its own counter, the others
+// take RLock and sum all the counters. Per lock/unlock pair of either kind.
+void BM_RWMutexReadMostly(benchmark::State& state) {
+  InGoroutine("rwmutex_read_mostly", [&state] {
+    goro::RWMutex mu;
+    goro::WaitGroup wg;
+    int64_t counters[kRWMutexWorkers] = {};
+    int64_t seen[kRWMutexWorkers] = {};  // each worker's sum of what it read
+    for (auto _ : state) {
+      wg.Add(kRWMutexWorkers);
+      for (int w = 0; w < kRWMutexWorkers; ++w) {
+        goro::Go([&, w] {
+          int64_t sum = 0;
+          for (int k = 0; k < kRWMutexOpsPerGo; ++k) {
+            if (k % kRWMutexWriteEvery == 0) {
+              mu.Lock();
+              ++counters[w];
+              mu.Unlock();
+            } else {
+              mu.RLock();
+              for (int64_t c : counters) sum += c;
+              mu.RUnlock();
+            }
+          }
+          seen[w] += sum;
+          wg.Done();
+        });
+      }
+      wg.Wait();
+    }
+    benchmark::DoNotOptimize(seen);
+    int64_t writes = 0;
+    for (int64_t c : counters) writes += c;
+    const int64_t want = static_cast<int64_t>(state.iterations()) * kRWMutexWorkers *
+                         (kRWMutexOpsPerGo / kRWMutexWriteEvery);
+    if (writes != want) {
+      Fail(state, absl::StrFormat("rwmutex: counters sum to %d, want %d", writes, want));
     }
   });
 }
@@ -444,6 +491,8 @@ const std::vector<Workload>& Workloads() {
       {"chan_buffered128", {1, 2}, 1, "ns/element", 1e9, BM_ChanBuffered128},
       {"mutex_contended4", {2}, kMutexWorkers * kMutexOpsPerGo, "ns/lock+unlock", 1e9,
        BM_MutexContended4},
+      {"rwmutex_read_mostly", {2}, kRWMutexWorkers * kRWMutexOpsPerGo, "ns/lock+unlock", 1e9,
+       BM_RWMutexReadMostly},
       {"waitgroup_add_done_wait", {1, 2}, 1, "ns/op", 1e9, BM_WaitGroupAddDoneWait},
       {"fib27_goroutines", {1, 2}, 1, "ms/run", 1e3, BM_Fib27},
       {"condvar_signalall", {1, 2}, kCondWaiters, "ns/wake", 1e9, BM_CondVarSignalAll},

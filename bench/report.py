@@ -29,6 +29,8 @@ ROWS = [
     ("chan_buffered128", 1, "buffered channel (cap 128), 1 producer 1 consumer", None),
     ("chan_buffered128", 2, "buffered channel (cap 128), 1 producer 1 consumer", None),
     ("mutex_contended4", 2, "Mutex, 4 goroutines incrementing one counter", None),
+    ("rwmutex_read_mostly", 2,
+     "RWMutex, 4 goroutines, 1 in 64 a Lock and increment, the rest RLock and read", None),
     ("waitgroup_add_done_wait", 1, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
     ("waitgroup_add_done_wait", 2, "WaitGroup Add(1)+Done()+Wait(), no blocking", None),
     ("condvar_signalall", 1, "CondVar SignalAll / Cond Broadcast to 10,000 waiters, per wake", None),

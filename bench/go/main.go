@@ -45,6 +45,10 @@ const (
 	syscallGoroutines   = 200
 	syscallsPerGo       = 10      // blocking calls per goroutine per iteration
 	syscallSleepNs      = 2000000 // each call is a 2 ms nanosleep
+
+	rwMutexWorkers    = 4    // goroutines sharing the RWMutex
+	rwMutexOpsPerGo   = 2560 // lock/unlock pairs per worker per iteration
+	rwMutexWriteEvery = 64   // one in this many is Lock; the others RLock
 )
 
 type result struct {
@@ -104,6 +108,7 @@ var workloads = []workload{
 	{"chan_unbuffered_pingpong", []int{1}, 1, "ns/roundtrip", 1, benchPingPong},
 	{"chan_buffered128", []int{1, 2}, 1, "ns/element", 1, benchBuffered},
 	{"mutex_contended4", []int{2}, mutexWorkers * mutexOpsPerGo, "ns/lock+unlock", 1, benchMutex},
+	{"rwmutex_read_mostly", []int{2}, rwMutexWorkers * rwMutexOpsPerGo, "ns/lock+unlock", 1, benchRWMutex},
 	{"waitgroup_add_done_wait", []int{1, 2}, 1, "ns/op", 1, benchWaitGroup},
 	{"fib27_goroutines", []int{1, 2}, 1, "ms/run", 1e-6, benchFib},
 	{"condvar_signalall", []int{1, 2}, condWaiters, "ns/wake", 1, benchCondBroadcast},
@@ -234,6 +239,53 @@ func benchMutex(b *testing.B) {
 		fatalf("mutex: counter %d, want %d", counter, want)
 	}
 }
+
+// rwmutex_read_mostly: rwMutexWorkers goroutines share one sync.RWMutex and
+// rwMutexWorkers counters. Each does rwMutexOpsPerGo operations: one in
+// rwMutexWriteEvery takes Lock and increments its own counter, the others
+// take RLock and sum all the counters.
+func benchRWMutex(b *testing.B) {
+	var mu sync.RWMutex
+	var wg sync.WaitGroup
+	var counters [rwMutexWorkers]int64
+	var seen [rwMutexWorkers]int64 // each worker's sum of what it read
+	for i := 0; i < b.N; i++ {
+		wg.Add(rwMutexWorkers)
+		for w := 0; w < rwMutexWorkers; w++ {
+			go func(w int) {
+				var sum int64
+				for k := 0; k < rwMutexOpsPerGo; k++ {
+					if k%rwMutexWriteEvery == 0 {
+						mu.Lock()
+						counters[w]++
+						mu.Unlock()
+					} else {
+						mu.RLock()
+						for j := range counters {
+							sum += counters[j]
+						}
+						mu.RUnlock()
+					}
+				}
+				seen[w] += sum
+				wg.Done()
+			}(w)
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	rwMutexSink = seen
+	var writes int64
+	for _, c := range counters {
+		writes += c
+	}
+	if want := int64(b.N) * rwMutexWorkers * (rwMutexOpsPerGo / rwMutexWriteEvery); writes != want {
+		fatalf("rwmutex: counters sum to %d, want %d", writes, want)
+	}
+}
+
+// rwMutexSink keeps what benchRWMutex's readers read, so that the reads stay.
+var rwMutexSink [rwMutexWorkers]int64
 
 // waitgroup_add_done_wait: Add(1), Done(), Wait() on one goroutine; Wait never
 // blocks, so this is the cost of the three calls.
