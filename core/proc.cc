@@ -892,10 +892,16 @@ G* FindRunnable(M* m, bool* inherit) {
 
     // The global queue's turn, once every 61 slices. A goroutine its timer
     // just woke is not made to wait a whole slice more for it: the turn is
-    // deferred to the next schedule (which keeps the guarantee).
+    // deferred to the next schedule (which keeps the guarantee). Once only:
+    // a Ticker whose period is shorter than a schedule fires at every one,
+    // and the goroutines in the global queue (every one preempted for its
+    // slice) would never run while the local queue had any.
     if (p->schedtick.load(std::memory_order_relaxed) % 61 == 0) p->global_turn_due = true;
-    if (p->global_turn_due && !timer_readied) {
+    if (p->global_turn_due && timer_readied && !p->global_turn_deferred) {
+      p->global_turn_deferred = true;
+    } else if (p->global_turn_due) {
       p->global_turn_due = false;
+      p->global_turn_deferred = false;
       if (sched.runq_size.load(std::memory_order_relaxed) > 0) {
         RuntimeMutexLock lock(&sched.mu);
         if (G* g = GlobrunqGetLocked(p, 1)) return g;

@@ -368,8 +368,10 @@ struct P {
   // the next one starts a new slice even if it comes from runnext.
   bool slice_spent = false;
   // The global queue's 1-in-61 turn is due but was deferred because a timer
-  // had just readied a goroutine here.
+  // had just readied a goroutine here; at most once (global_turn_deferred),
+  // since a ticker may fire at every schedule.
   bool global_turn_due = false;
+  bool global_turn_deferred = false;
   RunQueue runq;
 
   // Timers whose goroutines last ran here: a binary min-heap by `when`.

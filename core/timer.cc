@@ -393,7 +393,10 @@ int64_t TickerPeriod(absl::Duration d, const char* what) {
   if (d <= absl::ZeroDuration()) {
     internal::FatalG(absl::StrCat("non-positive interval for ", what, ": ", absl::FormatDuration(d)));
   }
-  return absl::ToInt64Nanoseconds(std::min(d, absl::Hours(24 * 365 * 100)));  // NanotimeIn's bound
+  // Whole nanoseconds, rounded up so that no tick comes early: a period
+  // below 1 ns would otherwise be 0, a one-shot timer.
+  d = absl::Ceil(std::min(d, absl::Hours(24 * 365 * 100)), absl::Nanoseconds(1));  // NanotimeIn's bound
+  return absl::ToInt64Nanoseconds(d);
 }
 
 // Out of the heap (DelTimer has returned, so its callback is not running):

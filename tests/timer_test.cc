@@ -20,6 +20,9 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 
+// tests/spin_loop_x86_64_sysv_elf_gas.S
+extern "C" uint64_t goro_test_spin_until(const volatile uint8_t* stop, uint64_t* counter);
+
 namespace {
 
 using goro_test::Eventually;
@@ -670,6 +673,66 @@ TEST(TickerTest, ChannelOutlivesTheTicker) {
     std::optional<absl::Time> v;
     EXPECT_EQ(goro::Select(goro::OnRecv(c, &v), goro::OnDefault()), 1) << "a destroyed Ticker ticked";
   });
+}
+
+// A period below 1 ns is rounded up to 1 ns, not truncated to 0, which
+// made a one-shot timer: one tick, then none.
+TEST(TickerTest, APeriodBelowOneNanosecondStillTicks) {
+  RunBounded([] {
+    goro::Ticker tick(absl::Nanoseconds(1) / 4);
+    for (int k = 1; k <= 5; ++k) {
+      std::optional<absl::Time> t, late;
+      goro::Timer timeout(absl::Seconds(5));
+      ASSERT_EQ(goro::Select(goro::OnRecv(tick.C(), &t), goro::OnRecv(timeout.C(), &late)), 0)
+          << "tick " << k << " never came";
+    }
+  });
+}
+
+// A ticker that fires at every schedule (1 ns, nobody receiving) must not
+// keep the global queue from its 1-in-61 turn, which a timer that has just
+// fired defers. On 1 P, a call-free spinner is preempted to the global
+// queue while 16 goroutines pass 8 tokens around a ring and keep the local
+// queue busy; over 300 ms the spinner must run again. Fails when the turn
+// is deferred at every schedule: the spinner ran one slice and never again
+// (the reviewer: 4.5 million iterations against 800 million without the
+// ticker).
+[[noreturn]] void ShortTickerBesideARingAndASpinnerChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a 1 ns ticker beside a spinner and a ring");
+  goro::Options opts;
+  opts.max_procs = 1;
+  goro::Run(
+      [] {
+        goro::Ticker tick(absl::Nanoseconds(1));
+        std::atomic<uint8_t> stop{0};
+        std::atomic<uint64_t> spins{0};
+        goro::Go([&] {
+          goro_test_spin_until(reinterpret_cast<const volatile uint8_t*>(&stop),
+                               reinterpret_cast<uint64_t*>(&spins));
+        });
+        constexpr int kRing = 16;
+        std::vector<goro::Chan<int>> ring;
+        for (int i = 0; i < kRing; ++i) ring.emplace_back(4);
+        for (int i = 0; i < 8; ++i) ring[i].Send(i);
+        for (int i = 0; i < kRing; ++i) {
+          goro::Go([in = ring[i], out = ring[(i + 1) % kRing]]() mutable {
+            for (;;) out.Send(*in.Recv());
+          });
+        }
+        goro::SleepFor(absl::Milliseconds(100));  // the spinner has had its first slice
+        const uint64_t before = spins.load();
+        goro::SleepFor(absl::Milliseconds(300));
+        const uint64_t after = spins.load();
+        CHILD_CHECK(after > before, "the spinner did not run again in 300 ms (%llu iterations in all)",
+                    static_cast<unsigned long long>(after));
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      opts);
+  _exit(1);
+}
+
+TEST(TickerTest, AShortTickerDoesNotStarveTheGlobalQueue) {
+  EXPECT_EXIT(ShortTickerBesideARingAndASpinnerChild(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(TickerDeathTest, NonPositiveIntervalIsFatal) {
