@@ -66,7 +66,8 @@ machine_busy() {
     return
   fi
   top -b -n 2 -d 1 -w 200 2>/dev/null | awk '/^top -/ { frame++ } frame == 2' | awk '
-    /^%Cpu/ { for (i = 1; i <= NF; i++) if ($i ~ /^id,?$/) idle = $(i - 1) }
+    # "0.0 ni,100.0 id,": at 100% idle there is no space before the figure.
+    /^%Cpu/ { if (match($0, /[0-9.]+ *id/)) { idle = substr($0, RSTART, RLENGTH); sub(/ *id/, "", idle) } }
     /^ *PID/ { table = 1; next }
     table && $9 + 0 >= 5 { others = others sprintf("%s%s %s%%", sep, $12, $9); sep = ", " }
     END { printf "%.0f%% busy", 100 - idle; if (others != "") printf " (%s)", others; print "" }'
