@@ -263,8 +263,8 @@ struct AfterTimer {
   Chan<absl::Time> ch{1};
 };
 
-// A goro::Timer's callback only offers the time, on the channel its State
-// owns (t->arg); the record lives with the Timer.
+// A goro::Timer's or Ticker's callback only offers the time, on the channel
+// its TimerState owns (t->arg); the record lives with the object.
 void FireTimer(Timer* t) {
   absl::Time now = absl::Now();
   ChanOffer(static_cast<ChanCore*>(t->arg), &now);
@@ -314,50 +314,51 @@ Chan<absl::Time> After(absl::Duration d) {
   return ch;
 }
 
-// A goro::Timer's: its record, the channel it fires into, and the lock that
-// orders Stop and Reset. The channel is the State's own handle, not ch_: the
-// user may assign to C(), and the timer must neither send into nor drain a
-// channel it no longer holds.
-struct Timer::State {
-  internal::Timer timer;
+namespace internal {
+
+// A goro::Timer's or goro::Ticker's: its record, the channel it fires into,
+// and the lock that orders Stop and Reset. The channel is the state's own
+// handle, not the object's ch_: the user may assign to C(), and the timer
+// must neither send into nor drain a channel it no longer holds.
+struct TimerState {
+  Timer timer;
   Chan<absl::Time> ch{1};
   Mutex mu;  // Stop and Reset, one at a time
+
+  TimerState() {
+    timer.f = FireTimer;  // only offers the time
+    timer.arg = ch.core();
+  }
+
+  // With mu held, and the record out of the heap (it fired, or DelTimer or
+  // ResetTimer has just taken it out under its lock, so the callback is
+  // not running and will not run: whatever it sent is in the buffer now, or
+  // was taken by a receiver): drops the time it sent, if nobody has
+  // received it. Returns whether there was one.
+  bool DrainLocked() {
+    std::optional<absl::Time> stale;
+    // A user may have closed C(): its receive is then ready with no time.
+    return Select(OnRecv(ch, &stale), OnDefault()) == 0 && stale.has_value();
+  }
 };
+
+}  // namespace internal
 
 Timer::Timer(absl::Duration d) {
   internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
-  state_ = std::make_unique<State>();
+  state_ = std::make_unique<internal::TimerState>();
   ch_ = state_->ch;
-  state_->timer.f = internal::FireTimer;
-  state_->timer.arg = state_->ch.core();
   state_->timer.when = internal::NanotimeIn(d);
   internal::AddTimer(&state_->timer);
 }
 
 Timer::~Timer() { Stop(); }
 
-// Stop, with state_->mu held.
-bool Timer::StopLocked() {
-  if (internal::DelTimer(&state_->timer)) return true;
-  return DrainLocked();
-}
-
-// With state_->mu held, and the timer out of the heap (it fired, or was
-// stopped): drops the time it sent, if nobody has received it. Returns
-// whether there was one. DelTimer or ResetTimer has just found the timer out
-// of the heap under its lock, so the callback is not running and will not
-// run: whatever it sent is in the buffer now, or was taken by a receiver.
-bool Timer::DrainLocked() {
-  std::optional<absl::Time> stale;
-  // A user may have closed C(): its receive is then ready with no time.
-  return Select(OnRecv(state_->ch, &stale), OnDefault()) == 0 && stale.has_value();
-}
-
 bool Timer::Stop() {
   internal::RuntimeScope scope;
   state_->mu.Lock();
-  bool stopped = StopLocked();
+  bool stopped = internal::DelTimer(&state_->timer) || state_->DrainLocked();
   state_->mu.Unlock();
   return stopped;
 }
@@ -371,20 +372,13 @@ bool Timer::Reset(absl::Duration d) {
   state_->mu.Lock();
   bool stopped = internal::ResetTimer(&state_->timer, when);
   if (!stopped) {
-    stopped = DrainLocked();
+    stopped = state_->DrainLocked();
     state_->timer.when = when;
     internal::AddTimer(&state_->timer);
   }
   state_->mu.Unlock();
   return stopped;
 }
-
-// A goro::Ticker's: as a Timer's, with a period (its record's).
-struct Ticker::State {
-  internal::Timer timer;
-  Chan<absl::Time> ch{1};
-  Mutex mu;  // Stop and Reset, one at a time
-};
 
 namespace {
 
@@ -399,11 +393,12 @@ int64_t TickerPeriod(absl::Duration d, const char* what) {
   return absl::ToInt64Nanoseconds(d);
 }
 
-// Out of the heap (DelTimer has returned, so its callback is not running):
-// drops the tick it sent, if nobody has received it.
-void DrainTick(Chan<absl::Time>& ch) {
-  std::optional<absl::Time> stale;
-  Select(OnRecv(ch, &stale), OnDefault());
+// Starts s's record ticking every `period` ns, the first tick one period
+// from now (its record out of the heap; with s->mu held, or not yet shared).
+void StartTicking(internal::TimerState* s, int64_t period) {
+  s->timer.period = period;
+  s->timer.when = internal::Nanotime() + period;
+  internal::AddTimer(&s->timer);
 }
 
 }  // namespace
@@ -412,22 +407,20 @@ Ticker::Ticker(absl::Duration d) {
   internal::EnsureStarted(Options{});
   internal::RuntimeScope scope;
   const int64_t period = TickerPeriod(d, "Ticker");
-  state_ = std::make_unique<State>();
+  state_ = std::make_unique<internal::TimerState>();
   ch_ = state_->ch;
-  state_->timer.f = internal::FireTimer;
-  state_->timer.arg = state_->ch.core();
-  state_->timer.period = period;
-  state_->timer.when = internal::Nanotime() + period;
-  internal::AddTimer(&state_->timer);
+  StartTicking(state_.get(), period);
 }
 
 Ticker::~Ticker() { Stop(); }
 
+// A ticker's record is back in its heap as soon as it has fired, so a tick
+// may wait in the buffer whatever DelTimer says: always drain.
 void Ticker::Stop() {
   internal::RuntimeScope scope;
   state_->mu.Lock();
   internal::DelTimer(&state_->timer);
-  DrainTick(state_->ch);
+  state_->DrainLocked();
   state_->mu.Unlock();
 }
 
@@ -436,10 +429,8 @@ void Ticker::Reset(absl::Duration d) {
   const int64_t period = TickerPeriod(d, "Ticker.Reset");
   state_->mu.Lock();
   internal::DelTimer(&state_->timer);
-  DrainTick(state_->ch);
-  state_->timer.period = period;
-  state_->timer.when = internal::Nanotime() + period;
-  internal::AddTimer(&state_->timer);
+  state_->DrainLocked();
+  StartTicking(state_.get(), period);
   state_->mu.Unlock();
 }
 

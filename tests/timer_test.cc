@@ -239,7 +239,9 @@ TEST(TimerTest, EarlierAfterFiresFirst) {
 // goro::Timer: Go's time.Timer with Go 1.23's guarantees.
 
 // Whether C() has a time to receive now (non-blocking).
-bool Ready(goro::Timer& t) {
+// Whether a time (or tick) is waiting in a Timer's or Ticker's channel.
+template <typename T>
+bool Ready(T& t) {
   std::optional<absl::Time> v;
   return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 0;
 }
@@ -515,11 +517,6 @@ TEST(TimerTest, AssigningToCLeavesTheTimersOwnChannel) {
 
 // ---------------------------------------------------------------------------
 // Ticker
-
-bool Ready(goro::Ticker& t) {
-  std::optional<absl::Time> v;
-  return goro::Select(goro::OnRecv(t.C(), &v), goro::OnDefault()) == 0;
-}
 
 // Ticks come again and again, none before its due time: the k-th at least
 // k periods after the Ticker was made. Fails if the record is not put back

@@ -9,6 +9,10 @@
 
 namespace goro {
 
+namespace internal {
+struct TimerState;  // a Timer's or Ticker's record, channel and lock (core/timer.cc)
+}  // namespace internal
+
 // Returns a channel that receives the current time once, after at least `d`
 // (Go's time.After). Use it in Select for timeouts, as Go's
 // `case <-time.After(d)`: Select(OnRecv(c, &v), OnRecv(After(d), &t)). The
@@ -62,11 +66,8 @@ class Timer {
   bool Reset(absl::Duration d);
 
  private:
-  struct State;
-  bool StopLocked();
-  bool DrainLocked();
-  std::unique_ptr<State> state_;  // pinned: the timer heap points into it
-  Chan<absl::Time> ch_{nullptr};  // C(): the State's channel, unless reassigned
+  std::unique_ptr<internal::TimerState> state_;  // pinned: the timer heap points into it
+  Chan<absl::Time> ch_{nullptr};  // C(): the state's channel, unless reassigned
 };
 
 // A ticker (Go's time.Ticker, with Go 1.23's guarantees): C() receives the
@@ -107,9 +108,8 @@ class Ticker {
   void Reset(absl::Duration d);
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;  // pinned: the timer heap points into it
-  Chan<absl::Time> ch_{nullptr};
+  std::unique_ptr<internal::TimerState> state_;  // pinned: the timer heap points into it
+  Chan<absl::Time> ch_{nullptr};  // C(), as Timer's
 };
 
 }  // namespace goro
