@@ -597,22 +597,10 @@ inline G* CurrentGoroutine() {
 G* CurrentG();
 // Counts a plain thread as awake from its first goro call to its exit (see
 // Sched::external_awake), so that a goroutine waiting for it is not taken for
-// deadlocked. On a goroutine inside a marked blocking region (goro::Syscall,
-// SyscallScope) it is RuntimeScope's fatal error, so that a fast path with no
-// RuntimeScope (an uncontended Mutex) is not misused silently until the day
-// it is contended. Every public entry calls it before it acts, or takes a
-// RuntimeScope, which does the same. On a goroutine: one TLS load and one
-// load of the goroutine's own field (only it writes syscall_depth).
+// deadlocked. Every public entry calls it (through EnterFastPath or a
+// RuntimeScope) before it acts.
 void NoteThreadSlow();
 [[noreturn]] void FatalGoroCallInMarkedRegion();
-inline void NoteThread() {
-  G* g = CurrentGoroutine();
-  if (g == nullptr) {
-    if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
-  } else if (g->syscall_depth != 0) {
-    FatalGoroCallInMarkedRegion();
-  }
-}
 // Whether a public entry may take a fast path with no RuntimeScope: one that
 // touches only its own object's atomics (no P, no runtime lock, no park),
 // as an uncontended Mutex does. True on a goroutine outside marked regions
@@ -701,6 +689,29 @@ class InRuntimeScope {
 // Yields the current goroutine to the global run queue because its time
 // slice is over (counted as a cooperative preemption).
 void PreemptCooperative();
+// What a RuntimeScope checks first, for a public entry whose fast path takes
+// none (a Mutex's, an RWMutex's):
+//  - a plain thread is counted (NoteThreadSlow);
+//  - on a goroutine inside a marked blocking region (goro::Syscall,
+//    SyscallScope) it is RuntimeScope's fatal error, so that an uncontended
+//    Mutex is not misused silently until the day it is contended;
+//  - the entry is a safe point, as every runtime entry is (DESIGN.md): a
+//    goroutine asked to yield yields here first. Otherwise a loop whose only
+//    calls are uncontended locks would keep its P, with async preemption
+//    off, for as long as it ran, and so would the goroutines queued behind
+//    it and the timers of its P.
+// On a goroutine: one TLS load and three loads of its own fields.
+inline void EnterFastPath() {
+  G* g = CurrentGoroutine();
+  if (g == nullptr) {
+    if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
+  } else if (g->syscall_depth != 0) {
+    FatalGoroCallInMarkedRegion();
+  } else if (g->stackguard0.load(std::memory_order_relaxed) == kStackPreempt &&
+             g->preempt_off.load(std::memory_order_relaxed) == 0) [[unlikely]] {
+    PreemptCooperative();
+  }
+}
 // Called by goroutine g on entering the runtime, with preempt_off already
 // raised: if sysmon took this M's P while g was blocked in an unmarked call,
 // takes another P or waits in the global queue. Cheap when the P is ours.

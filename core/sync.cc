@@ -136,14 +136,14 @@ void Spin() {
 }  // namespace
 
 void Mutex::Lock() {
-  internal::NoteThread();  // the slow path's RuntimeScope would be too late
+  internal::EnterFastPath();  // the slow path's RuntimeScope would be too late
   int32_t unlocked = 0;
   if (state_.compare_exchange_strong(unlocked, kLocked, std::memory_order_acquire)) return;
   LockSlow();
 }
 
 bool Mutex::TryLock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   int32_t old = state_.load(std::memory_order_relaxed);
   if (old & (kLocked | kStarving)) return false;
   return state_.compare_exchange_strong(old, old | kLocked, std::memory_order_acquire);
@@ -200,7 +200,7 @@ void Mutex::LockSlow() {
 }
 
 void Mutex::Unlock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   int32_t old = kLocked;
   if (!state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) {
     UnlockSlow(old);
@@ -299,7 +299,7 @@ constexpr int32_t kMaxReaders = 1 << 30;
 }  // namespace
 
 void RWMutex::RLock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   if (readers_.fetch_add(1, std::memory_order_acq_rel) >= 0) return;
   RLockSlow();  // a writer holds the lock or waits for it
 }
@@ -310,7 +310,7 @@ void RWMutex::RLockSlow() {
 }
 
 bool RWMutex::TryRLock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   int32_t c = readers_.load(std::memory_order_relaxed);
   while (c >= 0) {
     if (readers_.compare_exchange_weak(c, c + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
@@ -321,7 +321,7 @@ bool RWMutex::TryRLock() {
 }
 
 void RWMutex::RUnlock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   int32_t old = readers_.fetch_sub(1, std::memory_order_acq_rel);
   if (old > 0) return;
   RUnlockSlow(old);  // a writer waits for the readers to leave, or misuse
@@ -369,7 +369,7 @@ bool RWMutex::TryLock() {
 }
 
 void RWMutex::Unlock() {
-  internal::NoteThread();
+  internal::EnterFastPath();
   if (readers_.load(std::memory_order_relaxed) >= 0) {
     internal::RuntimeScope scope;
     internal::FatalG("sync: Unlock of unlocked RWMutex");

@@ -78,6 +78,22 @@ __attribute__((noinline)) void WaitGroupHogUntil(const std::atomic<bool>* stop) 
   }
 }
 
+// A loop whose only calls are uncontended Mutex and RWMutex fast paths.
+__attribute__((noinline)) void LockHogUntil(const std::atomic<bool>* stop) {
+  goro::Mutex mu;
+  goro::RWMutex rw;
+  while (!stop->load(std::memory_order_relaxed)) {
+    mu.Lock();
+    mu.Unlock();
+    if (mu.TryLock()) mu.Unlock();
+    rw.RLock();
+    rw.RUnlock();
+    if (rw.TryRLock()) rw.RUnlock();
+    rw.Lock();
+    rw.Unlock();
+  }
+}
+
 // With max_procs=2, starts `hogs` goroutines running `hog`, then asks for the
 // main goroutine to be scheduled again (a 20 ms sleep) and sets `stop`. Returns
 // whether it managed to within `limit` (the child's plain-thread watchdog ends
@@ -143,6 +159,14 @@ TEST(PreemptTest, CheckpointHonoursPreemptionWithAsyncOff) {
 // preemption request along with the RuntimeScope.
 TEST(PreemptTest, WaitGroupFastPathsHonourPreemptionWithAsyncOff) {
   EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), WaitGroupHogUntil, 2, /*expect_stop=*/true,
+                                 absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// The same for Mutex and RWMutex, whose fast paths take no RuntimeScope
+// either (internal::EnterFastPath).
+TEST(PreemptTest, LockFastPathsHonourPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), LockHogUntil, 2, /*expect_stop=*/true,
                                  absl::Seconds(30)),
               ::testing::ExitedWithCode(0), "");
 }
