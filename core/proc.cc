@@ -758,6 +758,7 @@ void StartM(P* p, bool spinning) {
 }  // namespace
 
 std::atomic<void (*)()> wakep_start_hook{nullptr};
+std::atomic<void (*)()> yield_queue_hook{nullptr};
 
 void WakeP() {
   if (sched.npidle.load(std::memory_order_acquire) == 0) return;
@@ -1464,7 +1465,15 @@ void OnResumeG() {
   if (G* prev = m->pending_yield) {
     m->pending_yield = nullptr;
     prev->status.store(GStatus::kRunnable, std::memory_order_relaxed);
+    if (auto hook = yield_queue_hook.load(std::memory_order_relaxed)) [[unlikely]] hook();
     RunqPut(m->p, prev, false);
+    // Work this M will not do next: an idle P should take it. The spinner
+    // the Ready before the yield may have started (Mutex hand-off, a
+    // channel) may have looked at this queue before the yielder was in it
+    // and gone to sleep; with nobody else spinning and this goroutine
+    // running on without a safe point, the yielder would wait in this
+    // queue for as long as it runs.
+    WakeP();
   }
   m->in_switch.store(false, std::memory_order_relaxed);
 }

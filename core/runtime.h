@@ -641,6 +641,9 @@ void Ready(G* g);
 void WakeP();
 // Tests: called by WakeP just before it starts an M.
 extern std::atomic<void (*)()> wakep_start_hook;
+// Tests: called on the goroutine a direct yield switched to, just before it
+// queues the yielder (OnResumeG).
+extern std::atomic<void (*)()> yield_queue_hook;
 // Puts the current goroutine at the tail of its P's run queue and schedules.
 void YieldNow();
 

@@ -171,6 +171,68 @@ TEST(PreemptTest, LockFastPathsHonourPreemptionWithAsyncOff) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// A goroutine that yields straight to another (Yield, a Mutex hand-off) is
+// queued on its P behind it. If that one then runs on with no safe point, an
+// idle P must take the yielder: the spinner that the Ready before such a
+// yield started may have looked at the queue before the yielder was in it,
+// and gone to sleep. The seam holds the queuing until the other P is idle
+// with nobody spinning, which makes that window certain; async preemption is
+// off, so nothing else would ever run the yielder.
+namespace yieldq {
+std::atomic<bool> armed{false};
+std::atomic<int> verdict{0};  // 1: the other P went idle first; 2: it did not within 10 s
+
+void Hook() {
+  if (!armed.exchange(false)) return;
+  auto& sched = goro::internal::sched;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool idle = false;
+  while (!idle && std::chrono::steady_clock::now() < deadline) {
+    idle = sched.npidle.load() == 1 && sched.nmspinning.load() == 0;
+  }
+  verdict = idle ? 1 : 2;
+}
+}  // namespace yieldq
+
+TEST(PreemptTest, AYielderQueuedBehindAHogIsTakenByAnIdleP) {
+  EXPECT_EXIT(
+      {
+        using namespace yieldq;
+        static std::atomic<bool> stop{false};
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::seconds(30));
+          fprintf(stderr, "the yielder did not run again in 30 s (verdict %d)\n", verdict.load());
+          _exit(10);
+        }).detach();
+        goro::internal::yield_queue_hook.store(&Hook);
+        goro::Run(
+            [] {
+              // A Yield goes straight to the hog (in this P's runnext) unless
+              // the scheduler's every-16th turn sends it through g0: then again.
+              for (int attempt = 0; attempt < 20 && verdict.load() == 0; ++attempt) {
+                stop = false;
+                goro::WaitGroup wg;
+                wg.Add(1);
+                goro::Go([&wg] {
+                  HogUntil(&stop);
+                  wg.Done();
+                });
+                armed = true;
+                goro::Yield();
+                stop = true;
+                wg.Wait();
+              }
+            },
+            TwoProcs(false));
+        if (verdict.load() != 1) {
+          fprintf(stderr, "the seam did not see the other P idle (verdict %d)\n", verdict.load());
+          _exit(11);
+        }
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // The control for the first test: without the signal, nothing interrupts the
 // hogs and the main goroutine never runs again.
 TEST(PreemptTest, TightLoopStarvesOthersWithAsyncPreemptionOff) {
