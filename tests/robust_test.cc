@@ -65,8 +65,9 @@ using goro_test::Since;
 // ---------------------------------------------------------------------------
 // Helpers.
 
-// A field of /proc/self/status in KiB ("VmRSS:", "VmSize:"), or -1.
-int64_t StatusKiB(const char* key) {
+// The number in a field of /proc/self/status ("VmRSS:" and "VmSize:" in KiB,
+// "Threads:"), or -1.
+int64_t StatusNumber(const char* key) {
   std::ifstream in("/proc/self/status");
   std::string line;
   size_t n = strlen(key);
@@ -78,7 +79,7 @@ int64_t StatusKiB(const char* key) {
 
 // Limits the address space to what is mapped now plus `margin` bytes.
 void LimitAddressSpace(size_t margin) {
-  int64_t vm_kib = StatusKiB("VmSize:");
+  int64_t vm_kib = StatusNumber("VmSize:");
   if (vm_kib <= 0) {
     fprintf(stderr, "cannot read VmSize\n");
     _exit(4);
@@ -224,9 +225,14 @@ TEST(RobustTest, GoroutineRecordAllocationFailureIsOneFatalLine) {
 
 // Out of address space for a new runtime thread (an M).
 //
-// Two goroutines block in marked system calls on both Ps' threads while a
-// third waits to run: sysmon hands a P to a new thread, whose 8 MiB stack
-// does not fit under the limit (small goroutine stacks do: 16 x 68 KiB).
+// More goroutines block in marked system calls than the process has threads,
+// so that sysmon, handing on the P of each blocked M while the others wait
+// to run, runs out of idle Ms and starts a thread, whose 8 MiB stack does
+// not fit under the limit. (With a fixed three, the warm-up sometimes left
+// enough idle Ms under load, and no thread was needed.) Small goroutine
+// stacks do fit: a batch of 16 x 128 KiB (with guards) for each P, should
+// both caches have been emptied by the time they start (sysmon's scavenger
+// trims them), as happened under load.
 // Fails unless one line names the thread and pthread_create's error.
 
 [[noreturn]] void ThreadCreationFailsChild() {
@@ -240,8 +246,13 @@ TEST(RobustTest, GoroutineRecordAllocationFailureIsOneFatalLine) {
         warm.Add(100);
         for (int i = 0; i < 100; ++i) goro::Go([&warm] { warm.Done(); });
         warm.Wait();
-        LimitAddressSpace(size_t{4} << 20);
-        for (int i = 0; i < 3; ++i) {
+        const int64_t threads = StatusNumber("Threads:");
+        if (threads <= 0 || threads > 12) {  // 12 + 1 stacks fit in one batch per P
+          fprintf(stderr, "unexpected thread count %lld\n", static_cast<long long>(threads));
+          _exit(4);
+        }
+        LimitAddressSpace(size_t{6} << 20);
+        for (int64_t i = 0; i < threads; ++i) {
           goro::Go([] { goro::Syscall([] { return usleep(20 * 1000 * 1000); }); });
         }
         goro::Syscall([] { return usleep(20 * 1000 * 1000); });
@@ -403,8 +414,8 @@ Mem Settle() {
         return m.stacks_in_use == live && m.gs_in_use == live;
       },
       absl::Seconds(5));
-  m.rss_kib = StatusKiB("VmRSS:");
-  m.vm_kib = StatusKiB("VmSize:");
+  m.rss_kib = StatusNumber("VmRSS:");
+  m.vm_kib = StatusNumber("VmSize:");
   return m;
 }
 
@@ -428,7 +439,7 @@ TEST(RobustLongTest, GoroutineWavesKeepMemoryStable) {
           Wave(wave, live);
           if (::testing::Test::HasFatalFailure()) return;
           ++waves;
-          peak_rss_kib = std::max(peak_rss_kib, StatusKiB("VmRSS:"));
+          peak_rss_kib = std::max(peak_rss_kib, StatusNumber("VmRSS:"));
         } while (Since(start) < absl::Seconds(seconds));
         after = Settle();
       },

@@ -210,7 +210,10 @@ void Yield();
 // there, as at any call into goro. On a plain thread it does not start the
 // runtime.
 void SleepFor(absl::Duration d);
-// Blocks the calling goroutine (or thread) until at least `t`.
+// Blocks the calling goroutine (or thread) until at least `t`. `t` is read
+// against the wall clock once, at the call, and the sleep is then timed on
+// the monotonic clock like every goro timer (as Go's time.Sleep(time.Until(t))
+// would be): a later step of the wall clock does not move it.
 void SleepUntil(absl::Time t);
 
 // A safe point: if the runtime asked this goroutine to yield (its time slice
