@@ -1871,6 +1871,9 @@ void ParkPreempted(G* g, bool async) {
 }  // namespace
 
 void PreemptCooperative() {
+  // A child forked without exec has no scheduler to yield to; a request
+  // copied from the parent stays pending there, harmless.
+  if (in_forked_child) return;
   // Not inside a signal handler of the program's (its signal, at least, is
   // blocked there), which would return on another thread: the request stays
   // pending until a safe point outside it, as the async path's does. A mask

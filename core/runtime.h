@@ -693,28 +693,35 @@ class InRuntimeScope {
 // slice is over (counted as a cooperative preemption).
 void PreemptCooperative();
 // What a RuntimeScope checks first, for a public entry whose fast path takes
-// none (a Mutex's, an RWMutex's):
-//  - a plain thread is counted (NoteThreadSlow);
-//  - on a goroutine inside a marked blocking region (goro::Syscall,
-//    SyscallScope) it is RuntimeScope's fatal error, so that an uncontended
-//    Mutex is not misused silently until the day it is contended;
-//  - the entry is a safe point, as every runtime entry is (DESIGN.md): a
-//    goroutine asked to yield yields here first. Otherwise a loop whose only
-//    calls are uncontended locks would keep its P, with async preemption
-//    off, for as long as it ran, and so would the goroutines queued behind
-//    it and the timers of its P.
-// On a goroutine: one TLS load and three loads of its own fields.
-inline void EnterFastPath() {
+// none (a Mutex's, an RWMutex's): a plain thread is counted (NoteThreadSlow);
+// on a goroutine inside a marked blocking region (goro::Syscall,
+// SyscallScope) it is RuntimeScope's fatal error, so that an uncontended
+// Mutex is not misused silently until the day it is contended. Returns the
+// goroutine (null off one), for SafePoint.
+inline G* NoteEntry() {
   G* g = CurrentGoroutine();
   if (g == nullptr) {
     if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
   } else if (g->syscall_depth != 0) {
     FatalGoroCallInMarkedRegion();
-  } else if (g->stackguard0.load(std::memory_order_relaxed) == kStackPreempt &&
-             g->preempt_off.load(std::memory_order_relaxed) == 0) [[unlikely]] {
+  }
+  return g;
+}
+// The safe point of such an entry, as every runtime entry is one (DESIGN.md):
+// g, asked to yield, yields here. Otherwise a loop whose only calls are
+// uncontended locks would keep its P, with async preemption off, for as long
+// as it ran, and so would the goroutines queued behind it and the timers of
+// its P. A lock takes it before it acquires, an unlock after it releases
+// (touching only g, as the lock may be gone by then), so that a goroutine is
+// not set aside holding a lock it was about to give up. Two loads of g's own
+// fields when nothing is pending.
+inline void SafePoint(G* g) {
+  if (g != nullptr && g->stackguard0.load(std::memory_order_relaxed) == kStackPreempt &&
+      g->preempt_off.load(std::memory_order_relaxed) == 0) [[unlikely]] {
     PreemptCooperative();
   }
 }
+inline void EnterFastPath() { SafePoint(NoteEntry()); }
 // Called by goroutine g on entering the runtime, with preempt_off already
 // raised: if sysmon took this M's P while g was blocked in an unmarked call,
 // takes another P or waits in the global queue. Cheap when the P is ours.

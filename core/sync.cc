@@ -200,7 +200,12 @@ void Mutex::LockSlow() {
 }
 
 void Mutex::Unlock() {
-  internal::EnterFastPath();
+  internal::G* g = internal::NoteEntry();
+  Release();
+  internal::SafePoint(g);  // after the release: see SafePoint
+}
+
+void Mutex::Release() {
   int32_t old = kLocked;
   if (!state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) {
     UnlockSlow(old);
@@ -321,10 +326,10 @@ bool RWMutex::TryRLock() {
 }
 
 void RWMutex::RUnlock() {
-  internal::EnterFastPath();
+  internal::G* g = internal::NoteEntry();
   int32_t old = readers_.fetch_sub(1, std::memory_order_acq_rel);
-  if (old > 0) return;
-  RUnlockSlow(old);  // a writer waits for the readers to leave, or misuse
+  if (old <= 0) RUnlockSlow(old);  // a writer waits for the readers to leave, or misuse
+  internal::SafePoint(g);          // after the release: see SafePoint
 }
 
 void RWMutex::RUnlockSlow(int32_t old) {
@@ -369,18 +374,18 @@ bool RWMutex::TryLock() {
 }
 
 void RWMutex::Unlock() {
-  internal::EnterFastPath();
+  internal::G* g = internal::NoteEntry();
   if (readers_.load(std::memory_order_relaxed) >= 0) {
     internal::RuntimeScope scope;
     internal::FatalG("sync: Unlock of unlocked RWMutex");
   }
-  writer_.Unlock();  // first: see above
+  writer_.Release();  // first: see above; no safe point while still write-held
   if (auto hook = internal::rwmutex_unlock_hook.load(std::memory_order_relaxed)) [[unlikely]] {
     hook(internal::RWMutexUnlockPoint::kGap);
   }
   int32_t old = readers_.fetch_add(kMaxReaders, std::memory_order_acq_rel);
-  if (old == -kMaxReaders) return;  // nobody blocked, no writer next
-  UnlockSlow(old);
+  if (old != -kMaxReaders) UnlockSlow(old);  // readers blocked, or a writer next
+  internal::SafePoint(g);                    // after the release: see SafePoint
 }
 
 void RWMutex::UnlockSlow(int32_t old) {

@@ -78,19 +78,29 @@ __attribute__((noinline)) void WaitGroupHogUntil(const std::atomic<bool>* stop) 
   }
 }
 
-// A loop whose only calls are uncontended Mutex and RWMutex fast paths.
-__attribute__((noinline)) void LockHogUntil(const std::atomic<bool>* stop) {
+// Loops whose only calls are uncontended Mutex and RWMutex fast paths.
+__attribute__((noinline)) void MutexHogUntil(const std::atomic<bool>* stop) {
   goro::Mutex mu;
-  goro::RWMutex rw;
   while (!stop->load(std::memory_order_relaxed)) {
     mu.Lock();
     mu.Unlock();
     if (mu.TryLock()) mu.Unlock();
+  }
+}
+__attribute__((noinline)) void ReadLockHogUntil(const std::atomic<bool>* stop) {
+  goro::RWMutex rw;
+  while (!stop->load(std::memory_order_relaxed)) {
     rw.RLock();
     rw.RUnlock();
     if (rw.TryRLock()) rw.RUnlock();
+  }
+}
+__attribute__((noinline)) void WriteLockHogUntil(const std::atomic<bool>* stop) {
+  goro::RWMutex rw;
+  while (!stop->load(std::memory_order_relaxed)) {
     rw.Lock();
     rw.Unlock();
+    if (rw.TryLock()) rw.Unlock();
   }
 }
 
@@ -165,10 +175,79 @@ TEST(PreemptTest, WaitGroupFastPathsHonourPreemptionWithAsyncOff) {
 
 // The same for Mutex and RWMutex, whose fast paths take no RuntimeScope
 // either (internal::EnterFastPath).
-TEST(PreemptTest, LockFastPathsHonourPreemptionWithAsyncOff) {
-  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), LockHogUntil, 2, /*expect_stop=*/true,
+TEST(PreemptTest, MutexFastPathsHonourPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), MutexHogUntil, 2, /*expect_stop=*/true,
                                  absl::Seconds(30)),
               ::testing::ExitedWithCode(0), "");
+}
+
+TEST(PreemptTest, RWMutexReadFastPathsHonourPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), ReadLockHogUntil, 2, /*expect_stop=*/true,
+                                 absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(PreemptTest, RWMutexWriteFastPathsHonourPreemptionWithAsyncOff) {
+  EXPECT_EXIT(HogScenarioInChild(TwoProcs(false), WriteLockHogUntil, 2, /*expect_stop=*/true,
+                                 absl::Seconds(30)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// An unlock's safe point comes after the release: a goroutine asked to yield
+// inside its critical section is not set aside holding the lock. On 1 P with
+// async preemption off, the main goroutine runs only while the hog is set
+// aside, and then finds each lock free (TryLock).
+TEST(PreemptTest, AnUnlockYieldsOnlyAfterItReleases) {
+  EXPECT_EXIT(
+      {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::seconds(30));
+          fprintf(stderr, "the main goroutine did not run again in 30 s\n");
+          _exit(10);
+        }).detach();
+        goro::Options opts = TwoProcs(false);
+        opts.max_procs = 1;
+        static goro::Mutex mu;
+        static goro::RWMutex rw;
+        static int failures = 0;
+        goro::Run(
+            [] {
+              for (int kind = 0; kind < 3; ++kind) {
+                std::atomic<bool> stop{false};
+                goro::WaitGroup wg;
+                wg.Add(1);
+                goro::Go([&stop, &wg, kind] {
+                  while (!stop.load(std::memory_order_relaxed)) {
+                    if (kind == 0) mu.Lock();
+                    if (kind == 1) rw.Lock();
+                    if (kind == 2) rw.RLock();
+                    goro_test::Spin(absl::Milliseconds(2));  // the request lands here
+                    if (kind == 0) mu.Unlock();
+                    if (kind == 1) rw.Unlock();
+                    if (kind == 2) rw.RUnlock();
+                  }
+                  wg.Done();
+                });
+                for (int look = 0; look < 3; ++look) {
+                  goro::SleepFor(absl::Milliseconds(15));  // back once the hog is set aside
+                  bool free = kind == 0 ? mu.TryLock() : rw.TryLock();
+                  if (!free) {
+                    fprintf(stderr, "kind %d: the hog was set aside holding the lock\n", kind);
+                    ++failures;
+                  } else if (kind == 0) {
+                    mu.Unlock();
+                  } else {
+                    rw.Unlock();
+                  }
+                }
+                stop = true;
+                wg.Wait();
+              }
+            },
+            opts);
+        _exit(failures == 0 ? 0 : 11);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // A goroutine that yields straight to another (Yield, a Mutex hand-off) is
@@ -185,12 +264,14 @@ std::atomic<int> verdict{0};  // 1: the other P went idle first; 2: it did not w
 void Hook() {
   if (!armed.exchange(false)) return;
   auto& sched = goro::internal::sched;
+  auto idle = [&] { return sched.npidle.load() == 1 && sched.nmspinning.load() == 0; };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  bool idle = false;
-  while (!idle && std::chrono::steady_clock::now() < deadline) {
-    idle = sched.npidle.load() == 1 && sched.nmspinning.load() == 0;
-  }
-  verdict = idle ? 1 : 2;
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) seen = idle();
+  // An M that has just stopped spinning looks at every queue once more
+  // before it sleeps: give it time to, so that it cannot find the yielder.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  verdict = seen && idle() ? 1 : 2;
 }
 }  // namespace yieldq
 

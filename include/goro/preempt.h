@@ -1,9 +1,9 @@
 // goro/preempt.h: controlling preemption and thread identity.
 //
 // goro preempts like Go 1.14+: a goroutine that has run for longer than
-// Options::time_slice is asked to yield. It yields at the next safe point (a
-// goro call that enters the runtime, or Checkpoint(); an uncontended Mutex
-// Lock/TryLock/Unlock does not, as Go's inlined fast path does not); if it
+// Options::time_slice is asked to yield. It yields at the next safe point (any
+// goro call, an uncontended Mutex or RWMutex one included - a lock before it
+// acquires, an unlock after it releases - or Checkpoint()); if it
 // reaches none - a tight loop with no calls -
 // the runtime interrupts its thread with a signal and, when the interrupted
 // instruction is in preemptible code, parks the goroutine there, with every

@@ -82,7 +82,11 @@ class Mutex {
   bool try_lock() { return TryLock(); }
 
  private:
+  friend class RWMutex;  // unlocks its writers' Mutex with Release
   void LockSlow();
+  // Unlock without its safe point (which RWMutex::Unlock takes only once the
+  // RWMutex is released too).
+  void Release();
   void UnlockSlow(int32_t state);
 
   // Bit 0: locked. Bit 1: a woken waiter is competing. Bit 2: starvation mode.
