@@ -601,17 +601,6 @@ G* CurrentG();
 // RuntimeScope) before it acts.
 void NoteThreadSlow();
 [[noreturn]] void FatalGoroCallInMarkedRegion();
-// Whether a public entry may take a fast path with no RuntimeScope: one that
-// touches only its own object's atomics (no P, no runtime lock, no park),
-// as an uncontended Mutex does. True on a goroutine outside marked regions
-// with no preemption request pending, where RuntimeScope would only raise
-// and lower preempt_off. Otherwise the caller takes its slow path, which
-// takes a RuntimeScope (and makes its checks). Two loads after the TLS load.
-inline bool MayTakeFastPath() {
-  G* g = CurrentGoroutine();
-  return g != nullptr && g->syscall_depth == 0 &&
-         g->stackguard0.load(std::memory_order_relaxed) != kStackPreempt;
-}
 // True on a goroutine (not on g0, not on a plain thread).
 bool OnGoroutine();
 // A goroutine's function has returned: fatal if it left a marked region
@@ -693,7 +682,8 @@ class InRuntimeScope {
 // slice is over (counted as a cooperative preemption).
 void PreemptCooperative();
 // What a RuntimeScope checks first, for a public entry whose fast path takes
-// none (a Mutex's, an RWMutex's): a plain thread is counted (NoteThreadSlow);
+// none - one that touches only its own object's atomics (no P, no runtime
+// lock, no park): a Mutex's, an RWMutex's, a WaitGroup's. A plain thread is counted (NoteThreadSlow);
 // on a goroutine inside a marked blocking region (goro::Syscall,
 // SyscallScope) it is RuntimeScope's fatal error, so that an uncontended
 // Mutex is not misused silently until the day it is contended. Returns the

@@ -26,12 +26,16 @@ using internal::WaitReason;
 // WaitGroup
 
 // Add and Wait take their fast paths without a RuntimeScope (see
-// MayTakeFastPath): an Add that leaves the counter above zero, or at zero
+// EnterFastPath): an Add that leaves the counter above zero, or at zero
 // with nobody waiting, and a Wait on a zero counter touch only state_.
 
 void WaitGroup::Add(int64_t n) {
+  internal::EnterFastPath();
   // The counter is the state's high 32 bits: a wider delta would lose bits.
-  if (!internal::MayTakeFastPath() || n < INT32_MIN || n > INT32_MAX) return AddSlow(n);
+  if (n < INT32_MIN || n > INT32_MAX) [[unlikely]] {
+    internal::RuntimeScope scope;
+    internal::FatalG(absl::StrCat("sync: WaitGroup delta ", n, " out of int32 range"));
+  }
   uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
                    (static_cast<uint64_t>(n) << 32);
   int32_t v = static_cast<int32_t>(state >> 32);
@@ -39,16 +43,6 @@ void WaitGroup::Add(int64_t n) {
   // Settle has something to do only if the counter went negative, reached
   // zero with waiters to release, or rose from zero while they wait.
   if (w == 0 ? v >= 0 : v > 0 && (n <= 0 || v != n)) return;
-  Settle(n, state);
-}
-
-void WaitGroup::AddSlow(int64_t n) {
-  internal::RuntimeScope scope;
-  if (n < INT32_MIN || n > INT32_MAX) {
-    internal::FatalG(absl::StrCat("sync: WaitGroup delta ", n, " out of int32 range"));
-  }
-  uint64_t state = state_.fetch_add(static_cast<uint64_t>(n) << 32, std::memory_order_acq_rel) +
-                   (static_cast<uint64_t>(n) << 32);
   Settle(n, state);
 }
 
@@ -76,7 +70,8 @@ void WaitGroup::Settle(int64_t n, uint64_t state) {
 }
 
 void WaitGroup::Wait() {
-  if (internal::MayTakeFastPath() && (state_.load(std::memory_order_acquire) >> 32) == 0) return;
+  internal::EnterFastPath();
+  if ((state_.load(std::memory_order_acquire) >> 32) == 0) return;
   WaitSlow();
 }
 

@@ -238,8 +238,8 @@ TEST(TimerTest, EarlierAfterFiresFirst) {
 
 // goro::Timer: Go's time.Timer with Go 1.23's guarantees.
 
-// Whether C() has a time to receive now (non-blocking).
-// Whether a time (or tick) is waiting in a Timer's or Ticker's channel.
+// Whether a time (or tick) is waiting in a Timer's or Ticker's channel
+// (non-blocking).
 template <typename T>
 bool Ready(T& t) {
   std::optional<absl::Time> v;

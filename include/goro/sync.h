@@ -48,7 +48,6 @@ class WaitGroup {
   void Wait();
 
  private:
-  void AddSlow(int64_t n);
   void Settle(int64_t n, uint64_t state);
   void WaitSlow();
 
