@@ -434,6 +434,17 @@ TEST(SyscallTest, GoroCallsInADlIteratePhdrCallbackAfterARevokedReadGetAPFirst) 
   EXPECT_CHILD_OK(GoroCallsInADlIteratePhdrCallbackAfterARevokedReadChild());
 }
 
+// The median of `ms`, after printing them all under `what`.
+double PrintAndMedian(const char* what, const std::vector<double>& ms) {
+  std::string all;
+  for (double x : ms) absl::StrAppend(&all, " ", absl::StrFormat("%.2f", x));
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  fprintf(stderr, "%s (ms):%s\nmedian %.2f ms\n", what, all.c_str(), median);
+  return median;
+}
+
 // Voluntary context switches of the sysmon thread so far (-1 if not found):
 // each is one of its sleeps.
 long SysmonSleeps() {
@@ -509,16 +520,105 @@ TEST(SyscallTest, SysmonBacksOffFromARevokedGoroutineThatSleepsOn) {
   EXPECT_CHILD_OK(SysmonBacksOffFromARevokedSleeperChild());
 }
 
-// The median of `ms`, after printing them all under `what`.
-double PrintAndMedian(const char* what, const std::vector<double>& ms) {
-  std::string all;
-  for (double x : ms) absl::StrAppend(&all, " ", absl::StrFormat("%.2f", x));
-  std::vector<double> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  fprintf(stderr, "%s (ms):%s\nmedian %.2f ms\n", what, all.c_str(), median);
-  return median;
+// On 1 P with the default 10 ms slice two goroutines yield to each other
+// for a second: every look of sysmon's finds a slice it has not seen, so
+// there is nothing to time, and its looks back off from every 1.25 ms
+// (slice/8) to every 5 ms (slice/2).
+//
+// Fails without the back-off: about 800 sleeps a second.
+[[noreturn]] void SysmonBacksOffBesideConstantSwitchingChild() {
+  goro_test::Watchdog dog(absl::Seconds(25), "sysmon beside two goroutines yielding to each other");
+  static long per_second = -1;
+  static uint64_t yields = 0;
+  goro::Run(
+      [] {
+        std::atomic<bool> stop{false};
+        std::atomic<uint64_t> count{0};
+        goro::WaitGroup wg;
+        wg.Add(2);
+        for (int i = 0; i < 2; ++i) {
+          goro::Go([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+              goro::Yield();
+              count.fetch_add(1, std::memory_order_relaxed);
+            }
+            wg.Done();
+          });
+        }
+        goro::SleepFor(absl::Milliseconds(100));  // let the back-off settle
+        long before = SysmonSleeps();
+        auto start = Now();
+        goro::SleepFor(absl::Seconds(1));
+        long after = SysmonSleeps();
+        per_second = static_cast<long>((after - before) / absl::ToDoubleSeconds(Since(start)));
+        CHILD_CHECK(before >= 0 && after >= 0, "no goro-sysmon thread in /proc/self/task");
+        stop = true;
+        wg.Wait();
+        yields = count.load();
+      },
+      Opts(1, absl::Milliseconds(10)));
+  fprintf(stderr, "sysmon slept %ld times a second beside %llu yields\n", per_second, U(yields));
+  CHILD_CHECK(yields > 10000, "only %llu yields: the goroutines did not switch constantly; the test proved nothing",
+              U(yields));
+  CHILD_CHECK(per_second < 400, "sysmon woke %ld times a second with nothing to time (5 ms looks give ~200)",
+              per_second);
+  ExitChild();
 }
+
+TEST(SyscallTest, SysmonBacksOffBesideGoroutinesThatSwitchConstantly) {
+  EXPECT_CHILD_OK(SysmonBacksOffBesideConstantSwitchingChild());
+}
+
+// The back-off must not lengthen slices: a slice sysmon first sees after a
+// look it skipped is dated no later than where the skipped look would have
+// been. On 1 P with a 40 ms slice sysmon looks every 5 ms (slice/8), and
+// every 10 ms while two goroutines yield to each other; then the main
+// goroutine stops them and runs Checkpoint() in a loop until one of them
+// runs again. That first slice lasts 35-45 ms with the dating, 40-50 ms
+// without it (dated at the look that found it): median of 15 rounds about
+// 40 ms against about 45.
+//
+// Fails without the dating rule: a median over 42.5 ms.
+[[noreturn]] void SliceAfterBackedOffLooksChild() {
+  goro_test::Watchdog dog(absl::Seconds(40), "a slice begun while sysmon's looks were backed off");
+  constexpr int kRounds = 15;
+  static std::vector<double> slice_ms;
+  goro::Run(
+      [] {
+        for (int round = 0; round < kRounds; ++round) {
+          std::atomic<bool> stop{false};
+          std::atomic<bool> witnessed{false};
+          std::chrono::steady_clock::time_point witness_at;
+          goro::WaitGroup wg;
+          wg.Add(2);
+          for (int i = 0; i < 2; ++i) {
+            goro::Go([&] {
+              while (!stop.load(std::memory_order_relaxed)) goro::Yield();
+              if (!witnessed.exchange(true)) witness_at = Now();
+              wg.Done();
+            });
+          }
+          // Back off, ending at a different point of sysmon's period each round.
+          goro::SleepFor(absl::Milliseconds(60) + absl::Microseconds(700 * round));
+          stop = true;
+          auto start = Now();
+          auto give_up = start + std::chrono::seconds(2);
+          while (!witnessed.load(std::memory_order_acquire) && Now() < give_up) goro::Checkpoint();
+          CHILD_CHECK(witnessed.load(), "round %d: the slice was never ended", round);
+          wg.Wait();
+          slice_ms.push_back(absl::ToDoubleMilliseconds(absl::FromChrono(witness_at - start)));
+        }
+      },
+      Opts(1, absl::Milliseconds(40)));
+  const double median = PrintAndMedian("first slice after backed-off looks", slice_ms);
+  CHILD_CHECK(median < 42.5, "median slice %.2f ms after backed-off looks (40 ms slice, dated: ~40)", median);
+  ExitChild();
+}
+
+TEST(SyscallTest, ASliceBegunWhileSysmonLooksLessOftenStillEndsOnTime) {
+  EXPECT_CHILD_OK(SliceAfterBackedOffLooksChild());
+}
+
 
 // Waits for a byte on fds[0] in a marked region, for up to `ms`; returns
 // poll's result (1 once the byte came, and reads it).
