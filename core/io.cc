@@ -242,11 +242,11 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
   }
 }
 
-// Looks up and registers fd; sets *pd and the sequence number the operation
-// passes to WaitIO, or returns why not. *pollable: the poller watches it;
+// Looks up and registers fd; sets *pd and *file (the sequence number the
+// operation passes to WaitIO, and the kind of file), or returns why not. *pollable: the poller watches it;
 // *stream (if asked): it is not polled but may block, a blocking standard
 // stream, whose deadlines PollBlocking keeps.
-absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable, bool* stream = nullptr) {
+absl::Status Prepare(int fd, PollDesc** pd, PollDesc::File* file, bool* pollable, bool* stream = nullptr) {
   if (stream != nullptr) *stream = false;
   EnsureStarted(Options{});
   *pd = PollDescFor(fd);
@@ -256,7 +256,7 @@ absl::Status Prepare(int fd, PollDesc** pd, uint64_t* seq, bool* pollable, bool*
         absl::StrCat("fd ", fd, " is beyond the poller's table (fds below ", kMaxPollFds, "): goro::io cannot wait on it"));
   }
   int error = 0;
-  switch ((*pd)->Register(fd, seq, &error)) {
+  switch ((*pd)->Register(fd, file, &error)) {
     case PollDesc::Registration::kPolled:
       *pollable = true;
       return absl::OkStatus();
@@ -287,15 +287,15 @@ using internal::Mode;
 absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable, stream;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &file, &pollable, &stream); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   // One Read at a time on every kind of file, as Go's os.File and netFD
   // take fdMutex: two readers of a blocking stream would otherwise both
   // find it readable, and the one that gets nothing block in read(2).
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, fd, file.seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   // A Read of nothing returns at once, as Go's does once it has its turn:
   // neither the wait after a short TCP read nor a stream's poll(2) below
   // may make it wait for data it would not take.
@@ -319,20 +319,20 @@ absl::StatusOr<size_t> Read(int fd, void* buf, size_t n, absl::Time deadline) {
     // A deadline that passes before the edge is fetched still gets its read
     // (below): the data may be there already.
     pd->drained.store(false, std::memory_order_relaxed);
-    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok() && !absl::IsDeadlineExceeded(s)) {
+    if (absl::Status s = internal::WaitIO(pd, fd, file.seq, Mode::kRead, dl); !s.ok() && !absl::IsDeadlineExceeded(s)) {
       return s;
     }
   }
   for (;;) {
     ssize_t r = internal::PolledRead(fd, buf, n);
     if (r >= 0) {
-      if (r > 0 && static_cast<size_t>(r) < n && pd->tcp) pd->MarkDrained();
+      if (r > 0 && static_cast<size_t>(r) < n && file.tcp) pd->MarkDrained();
       return static_cast<size_t>(r);
     }
     const int err = internal::Errno();
     if (err == EINTR) continue;
     if (err != EAGAIN) return internal::ErrnoStatus(err, "read", fd);
-    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, file.seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
 
@@ -342,24 +342,24 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
   size_t& done = written != nullptr ? *written : unreported;  // what every return reports
   done = 0;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable, stream;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &file, &pollable, &stream); !s.ok()) return s;
   const char* p = static_cast<const char*>(buf);
   int64_t dl = internal::DeadlineNanos(deadline);
   // One Write at a time on every kind of file: its bytes are not
   // interleaved with another's, and on a blocking stream the poll(2) before
   // each chunk is not raced by another writer filling the room it found.
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, fd, file.seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
   if (dl < 0) return internal::DeadlineError(fd);
   while (done < n) {
     ssize_t r;
     if (pollable) {
       // A socket that is not one any more (closed with plain close(2), the
       // number reused for a pipe) says ENOTSOCK: written as a pipe.
-      r = pd->socket ? internal::PolledSend(fd, p + done, n - done) : -1;
-      if (!pd->socket || (r < 0 && internal::Errno() == ENOTSOCK)) {
+      r = file.socket ? internal::PolledSend(fd, p + done, n - done) : -1;
+      if (!file.socket || (r < 0 && internal::Errno() == ENOTSOCK)) {
         internal::tls_in_io_write = true;  // a pipe: SIGPIPE becomes EPIPE
         r = internal::PolledWrite(fd, p + done, n - done);
         internal::tls_in_io_write = false;
@@ -388,7 +388,7 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
     const int err = internal::Errno();
     if (err == EINTR) continue;
     if (err != EAGAIN || !pollable) return internal::ErrnoStatus(err, "write", fd);
-    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, file.seq, Mode::kWrite, dl); !s.ok()) return s;
   }
   return done;
 }
@@ -396,12 +396,12 @@ absl::StatusOr<size_t> Write(int fd, const void* buf, size_t n, absl::Time deadl
 absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable;
-  if (absl::Status s = internal::Prepare(listen_fd, &pd, &seq, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(listen_fd, &pd, &file, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, listen_fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, listen_fd, file.seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   if (dl < 0) return internal::DeadlineError(listen_fd);
   for (;;) {
     int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -415,19 +415,19 @@ absl::StatusOr<int> Accept(int listen_fd, absl::Time deadline) {
     const int err = internal::Errno();
     if (err == EINTR || err == ECONNABORTED) continue;
     if (err != EAGAIN) return internal::ErrnoStatus(err, "accept", listen_fd);
-    if (absl::Status s = internal::WaitIO(pd, listen_fd, seq, Mode::kRead, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, listen_fd, file.seq, Mode::kRead, dl); !s.ok()) return s;
   }
 }
 
 absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &file, &pollable); !s.ok()) return s;
   int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, fd, file.seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
   // Before connect(2), as Go's dialer: a connection started here would go on
   // in the background after the call had said it failed.
   if (dl < 0) return internal::DeadlineError(fd);
@@ -448,7 +448,7 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
   // As Go's netFD.connect: a wake-up proves nothing by itself (a readiness
   // latched before the connect began, say), so ask the socket each time.
   for (;;) {
-    if (absl::Status s = internal::WaitIO(pd, fd, seq, Mode::kWrite, dl); !s.ok()) return s;
+    if (absl::Status s = internal::WaitIO(pd, fd, file.seq, Mode::kWrite, dl); !s.ok()) return s;
     int so_error = 0;
     socklen_t elen = sizeof so_error;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &elen) != 0) {
@@ -477,31 +477,31 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len, absl::Time dea
 absl::Status WaitReadable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable, stream;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &file, &pollable, &stream); !s.ok()) return s;
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, fd, file.seq, internal::PollDesc::kReadOps, dl); !s.ok()) return s;
   if (dl < 0) return internal::DeadlineError(fd);
   if (stream) return internal::PollBlocking(fd, POLLIN, dl);
   if (!pollable) return absl::OkStatus();  // regular files are always ready
-  return internal::WaitReady(pd, fd, seq, Mode::kRead, dl);
+  return internal::WaitReady(pd, fd, file.seq, Mode::kRead, dl);
 }
 
 absl::Status WaitWritable(int fd, absl::Time deadline) {
   internal::RuntimeScope scope;
   internal::PollDesc* pd;
-  uint64_t seq;
+  internal::PollDesc::File file;
   bool pollable, stream;
-  if (absl::Status s = internal::Prepare(fd, &pd, &seq, &pollable, &stream); !s.ok()) return s;
+  if (absl::Status s = internal::Prepare(fd, &pd, &file, &pollable, &stream); !s.ok()) return s;
   const int64_t dl = internal::DeadlineNanos(deadline);
   internal::OpsTurn turn;
-  if (absl::Status s = turn.Take(pd, fd, seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
+  if (absl::Status s = turn.Take(pd, fd, file.seq, internal::PollDesc::kWriteOps, dl); !s.ok()) return s;
   if (dl < 0) return internal::DeadlineError(fd);
   if (stream) return internal::PollBlocking(fd, POLLOUT, dl);
   if (!pollable) return absl::OkStatus();
-  return internal::WaitReady(pd, fd, seq, Mode::kWrite, dl);
+  return internal::WaitReady(pd, fd, file.seq, Mode::kWrite, dl);
 }
 
 absl::Status Close(int fd) {

@@ -185,10 +185,36 @@ PollDesc* PollDescFor(int fd) {
   return &chunk[fd & (kChunkSize - 1)];
 }
 
-PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error) {
+namespace {
+// PollDesc::published: seq, then tcp, socket and the state in two bits.
+constexpr uint64_t kPublishedSocket = 1 << 2;
+constexpr uint64_t kPublishedTcp = 1 << 3;
+constexpr int kPublishedSeqShift = 4;
+}  // namespace
+
+void PollDesc::PublishLocked() {
+  uint64_t code = state == Registration::kPolled         ? 1
+                  : state == Registration::kNotPollable    ? 2
+                  : state == Registration::kBlockingStream ? 3
+                                                           : 0;
+  if (code != 0) {
+    code |= (seq << kPublishedSeqShift) | (socket ? kPublishedSocket : 0) | (tcp ? kPublishedTcp : 0);
+  }
+  published.store(code, std::memory_order_release);
+}
+
+PollDesc::Registration PollDesc::Register(int fd, File* file, int* error) {
+  // Release by PublishLocked, after the registration's fields were set: an
+  // operation on another thread sees the fd non-blocking and in epoll.
+  if (const uint64_t w = published.load(std::memory_order_acquire); w != 0) [[likely]] {
+    *file = File{w >> kPublishedSeqShift, (w & kPublishedSocket) != 0, (w & kPublishedTcp) != 0};
+    constexpr Registration kStates[] = {Registration::kUnknown, Registration::kPolled, Registration::kNotPollable,
+                                        Registration::kBlockingStream};
+    return kStates[w & 3];
+  }
   lock.Lock();
   if (RegisteredLocked()) {
-    *file_seq = seq;
+    *file = File{seq, socket, tcp};
     Registration r = state;
     lock.Unlock();
     return r;
@@ -225,8 +251,9 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
   // an operation under way when its fd is closed may act on a reused
   // number, as docs/syscalls.md says).
   const Registration bad = waited ? Registration::kClosed : Registration::kBadFd;
-  *file_seq = seq;
+  *file = File{seq, false, false};
   if (state != Registration::kUnknown) {  // registered by another operation while this one waited
+    *file = File{seq, socket, tcp};
     Registration r = state;
     lock.Unlock();
     return r;
@@ -245,8 +272,11 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
     // stay set for them, during the run and after it. As Go's os.NewFile
     // does, such a stream is waited on in a marked blocking region instead.
     state = Registration::kBlockingStream;
+    socket = tcp = false;
+    *file = File{seq, false, false};
+    PublishLocked();
     lock.Unlock();
-    return state;
+    return Registration::kBlockingStream;
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
@@ -259,6 +289,7 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
     tcp = protocol == IPPROTO_TCP;
   } else if (const int err = Errno(); err == EPERM) {  // Errno(): this goroutine may have parked above
     state = Registration::kNotPollable;  // a regular file or a directory
+    socket = tcp = false;
   } else if (err == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
     // Already in the epoll set (epoll keys an entry on the open file and the
     // number): it now carries this seq's tag.
@@ -272,6 +303,8 @@ PollDesc::Registration PollDesc::Register(int fd, uint64_t* file_seq, int* error
     *error = err;  // ENOSPC (max_user_watches), ENOMEM, ELOOP...
     return Registration::kFailed;
   }
+  *file = File{seq, socket, tcp};
+  PublishLocked();
   Registration r = state;
   lock.Unlock();
   return r;
@@ -430,6 +463,7 @@ G* PollDesc::CloseLocked(int fd) {
   G* list = EndSeqLocked();
   if (state == Registration::kPolled) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   state = Registration::kClosing;
+  PublishLocked();
   return list;
 }
 
@@ -442,6 +476,7 @@ G* PollDesc::ForgetStale() {
     // if a duplicate keeps that file open, the entry's events carry the old
     // seq's tag and are dropped.
     state = Registration::kUnknown;
+    PublishLocked();
   }
   lock.Unlock();
   return list;
@@ -451,6 +486,7 @@ G* PollDesc::FinishCloseLocked(uint64_t closing_seq) {
   if (seq != closing_seq) return nullptr;  // a later io::Close of the number is under way: it finishes
   if (state != Registration::kClosing) Fatal("netpoll: FinishCloseLocked: the fd is not being closed");
   state = Registration::kUnknown;
+  PublishLocked();
   G* list = nullptr;
   while (G* g = closing_waiters) {
     closing_waiters = g->sched_link;

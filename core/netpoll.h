@@ -48,13 +48,21 @@ struct PollDesc {
     kClosed,
   };
 
+  // What an operation learns of the file when it registers: `seq`, and the
+  // kind noted at registration (see `socket` and `tcp` below).
+  struct File {
+    uint64_t seq = 0;
+    bool socket = false;
+    bool tcp = false;
+  };
   // Adds fd to epoll (and makes it non-blocking) if not done yet; says how
-  // the fd is to be waited on, and sets *file_seq to the current `seq`
-  // (and *error, for kFailed).
+  // the fd is to be waited on, and sets *file to the current registration
+  // (and *error, for kFailed). A registration in force is read without the
+  // lock (`published`).
   // While io::Close is closing the fd (kClosing), parks the caller
   // (goroutine or plain thread; its deadline does not apply) until the
   // close is done, unless the number is free already (kClosed at once).
-  Registration Register(int fd, uint64_t* file_seq, int* error);
+  Registration Register(int fd, File* file, int* error);
   // With `lock` held: ends the fd's current `seq`, deregisters it, sets
   // kClosing and returns its waiters (made runnable) as a list through
   // G::sched_link. io::Close then closes the fd and calls FinishCloseLocked.
@@ -88,6 +96,9 @@ struct PollDesc {
     return state == Registration::kPolled || state == Registration::kNotPollable ||
            state == Registration::kBlockingStream;
   }
+  // With `lock` held, after any change of `state`, `seq`, `socket` or
+  // `tcp`: publishes them for Register's fast path.
+  void PublishLocked();
   // With `lock` held: ends the current `seq` and returns its waiters (made
   // runnable) as a list through G::sched_link, those waiting for a turn too.
   G* EndSeqLocked();
@@ -115,6 +126,11 @@ struct PollDesc {
   };
 
   SpinLock lock;
+  // The registration in force, packed (PublishLocked): 0 while there is none
+  // (kUnknown, kClosing). Register reads it without the lock; one load gives
+  // the state, seq and kind of one registration, where three reads of the
+  // fields below could mix a closed file's with a new one's.
+  std::atomic<uint64_t> published{0};
   // Everything below is guarded by lock.
   Registration state = Registration::kUnknown;  // never kBadFd or kClosed
   // Which file under this fd number: io::Close bumps it (like Go's
