@@ -21,14 +21,14 @@
 //     sleeper beside a spinner, the case latency depends on - is timed to
 //     ~50 us.
 //     This costs about 900 wake-ups a second while goroutines run.
-//     While every look finds every running P on a slice it has not seen
-//     (goroutines switching thousands of times a second, as in a server)
-//     there is nothing to time, and the period doubles up to slice/2. A
-//     slice first seen after such a gap is dated at most slice/8 after the
-//     look before, so it still ends at most 1/8 late; it may end up to 3/8
-//     early. On a 10,000-connection echo server pinned to one CPU, which
-//     sysmon shares, this cut context switches from ~1,400 to ~450 a second
-//     and raised requests/s by 4-12%.
+//     While every look finds every running P on a slice it has not seen,
+//     after a new slice every 100 us or less on average (goroutines
+//     switching constantly, as in a server), there is nothing to time, and
+//     the period doubles up to slice/2. A slice first seen after such a gap
+//     is dated at most slice/8 after the look before, so it still ends at
+//     most 1/8 late; it may end up to 3/8 early. On a 10,000-connection
+//     echo server pinned to one CPU, which sysmon shares, this cut context
+//     switches from ~1,400 to ~450 a second and raised requests/s by 4-12%.
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
 // least 250 us) in observation mode - slice/2 while it backs off as above -
@@ -380,14 +380,20 @@ void SysmonLoop() {
   // slice's end: ending the slice there, rather than sleeping again for the
   // few microseconds left, keeps it to one wake-up per slice instead of two.
   const int64_t early = stamped ? std::min<int64_t>(slice / 8, kSysmonRecheckNs) : 0;
-  // Observation mode backs off while every look finds every running P on a
-  // new slice (a server switching goroutines thousands of times a second):
-  // its looks then time nothing, and each one, on a CPU the program uses,
-  // costs it a context switch. The period doubles from max_sleep up to half
-  // a slice and drops back at the first look that finds a slice running on.
+  // Observation mode backs off while every look finds every running P
+  // switching constantly: on a new slice, after at least one new slice per
+  // kChurnSliceNs on average since the look before (an echo server makes
+  // one or two per request, over a hundred a millisecond). Its looks then
+  // time nothing, and each one costs the program a context switch on a CPU
+  // it uses. The period doubles from max_sleep up to half a slice and drops
+  // back at the first look that finds a P keeping its slice or switching
+  // less often. (A goroutine sleeping 1 ms at a time beside an unmarked
+  // blocking call switches about once a millisecond: the short looks stay,
+  // and find the call in time for its timer.)
   // A slice first seen after a longer gap is dated no later than max_sleep
   // after the look before, so it still ends at most max_sleep late; it may
   // end up to look_every - max_sleep early instead (3/8 of a slice at most).
+  constexpr int64_t kChurnSliceNs = 100 * 1000;
   const int64_t max_look_every =
       stamped ? max_sleep : std::min<int64_t>(kLongestSleepNs, std::max<int64_t>(slice / 2, max_sleep));
   int64_t look_every = max_sleep;
@@ -482,7 +488,7 @@ void SysmonLoop() {
     RefineTsc(now, now_tsc);
     bool recheck = false;  // look again soon: see the end of the loop
     bool churning = false;  // every running P is on a slice this look has not seen before
-    bool slice_running_on = false;
+    bool calm = false;  // some running P keeps its slice, or switches less than constantly
     int64_t until_expiry = max_look_every;
     // A P's timers are run by the M that holds it, or by another M's last
     // stealing pass. While an M blocks with its P (below), only a P that is
@@ -561,6 +567,9 @@ void SysmonLoop() {
       // scheduling is healthy and there is nothing to sample.
       bool same_slice = tick == ps[i].tick;
       if (!same_slice) {
+        // Constant switching: a new slice every kChurnSliceNs at least, on
+        // average, since the last look.
+        if (static_cast<int64_t>(tick - ps[i].tick) * kChurnSliceNs < now - last_look) calm = true;
         ps[i].tick = tick;
         // Observed: dated now, or max_sleep after the last look if that was
         // longer ago (see look_every).
@@ -569,7 +578,7 @@ void SysmonLoop() {
                                   : now_tsc - static_cast<uint64_t>(static_cast<double>(unseen) / ns_per_tick);
         churning = true;
       } else {
-        slice_running_on = true;
+        calm = true;
       }
       int64_t ran = now_tsc > ps[i].start_tsc
                         ? static_cast<int64_t>(static_cast<double>(now_tsc - ps[i].start_tsc) * ns_per_tick)
@@ -721,7 +730,7 @@ void SysmonLoop() {
       until_expiry = std::min(until_expiry, r.delay);
       ++k;
     }
-    if (churning && !slice_running_on) {
+    if (churning && !calm) {
       look_every = std::min(look_every * 2, max_look_every);
     } else {
       look_every = max_sleep;

@@ -520,11 +520,17 @@ TEST(SyscallTest, SysmonBacksOffFromARevokedGoroutineThatSleepsOn) {
   EXPECT_CHILD_OK(SysmonBacksOffFromARevokedSleeperChild());
 }
 
-// On 1 P with the default 10 ms slice, sysmon's sleeps a second beside
-// `goroutines` goroutines that each loop until told to stop: over Yield()
-// (two of them switch constantly) or over Checkpoint() (one keeps each slice
-// to its end). Counts the loops' turns in *turns.
-long SysmonSleepsPerSecondBeside(int goroutines, bool yield, uint64_t* turns) {
+// How the goroutines of SysmonSleepsBeside loop.
+enum class Loop {
+  kCheckpoint,  // keep each slice to its end
+  kYield,  // switch constantly
+  kYieldEvery400us,  // switch, but less often than every 100 us
+};
+
+// On 1 P with the default 10 ms slice: sysmon's sleeps over 175 ms beside
+// `goroutines` goroutines that each loop until told to stop, as `loop` says,
+// added to *sleeps, and the time to *seconds, the loops' turns to *turns.
+void SysmonSleepsBeside(int goroutines, Loop loop, long* sleeps, double* seconds, uint64_t* turns) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> count{0};
   goro::WaitGroup wg;
@@ -532,55 +538,80 @@ long SysmonSleepsPerSecondBeside(int goroutines, bool yield, uint64_t* turns) {
   for (int i = 0; i < goroutines; ++i) {
     goro::Go([&] {
       while (!stop.load(std::memory_order_relaxed)) {
-        if (yield) {
-          goro::Yield();
-        } else {
+        if (loop == Loop::kYieldEvery400us) {
+          auto until = Now() + std::chrono::microseconds(400);
+          while (Now() < until) goro::Checkpoint();
+        }
+        if (loop == Loop::kCheckpoint) {
           goro::Checkpoint();
+        } else {
+          goro::Yield();
         }
         count.fetch_add(1, std::memory_order_relaxed);
       }
       wg.Done();
     });
   }
-  goro::SleepFor(absl::Milliseconds(100));  // let sysmon settle
+  goro::SleepFor(absl::Milliseconds(30));  // let sysmon settle
   long before = SysmonSleeps();
   auto start = Now();
-  goro::SleepFor(absl::Milliseconds(700));
+  goro::SleepFor(absl::Milliseconds(175));
   long after = SysmonSleeps();
-  const double seconds = absl::ToDoubleSeconds(Since(start));
+  *seconds += absl::ToDoubleSeconds(Since(start));
   CHILD_CHECK(before >= 0 && after >= 0, "no goro-sysmon thread in /proc/self/task");
   stop = true;
   wg.Wait();
-  *turns = count.load();
-  return static_cast<long>((after - before) / seconds);
+  *turns += count.load();
+  *sleeps += after - before;
 }
 
 // Every look of sysmon's beside two goroutines yielding to each other finds
 // a slice it has not seen, so there is nothing to time, and its looks back
 // off from every 1.25 ms (slice/8) to every 5 ms (slice/2). Beside one
-// goroutine that keeps its slices they stay at every 1.25 ms. On a quiet
-// machine: ~200 sleeps a second against ~800; on a busy one (TSan, three
-// tests on two CPUs) up to ~450, since a look that finds the yielders' thread
-// kept off its CPU sees no switch and drops back.
+// goroutine that keeps its slices they stay at every 1.25 ms, and so they do
+// beside two that yield every 400 us: new slices at every look, but too few
+// to count as constant switching. Quiet: ~200 sleeps a second beside the
+// constant yielders, ~770 beside the 400 us ones, ~870 beside the goroutine
+// that keeps its slices (preemptions add looks). Busy (ASan, three tests on
+// two CPUs; the three taken in turns share the load): 0.2-0.4 and 0.8 of
+// that last figure, since a look that finds the yielders' thread kept off its
+// CPU sees no switch and drops back.
 //
-// Fails without the back-off: both ~800.
+// Fails without the back-off: all ~800. Without the least rate of
+// switching: ~200 beside the 400 us yielders too.
 [[noreturn]] void SysmonBacksOffBesideConstantSwitchingChild() {
   goro_test::Watchdog dog(absl::Seconds(25), "sysmon beside two goroutines yielding to each other");
-  static long keeping = -1, switching = -1;
-  static uint64_t checkpoints = 0, yields = 0;
+  static long keeping = -1, switching = -1, seldom = -1;
+  static uint64_t checkpoints = 0, yields = 0, seldom_yields = 0;
   goro::Run(
       [] {
-        keeping = SysmonSleepsPerSecondBeside(1, /*yield=*/false, &checkpoints);
-        switching = SysmonSleepsPerSecondBeside(2, /*yield=*/true, &yields);
+        // Taken in turns, so that a neighbour's load falls on all three.
+        long sleeps[3] = {};
+        double seconds[3] = {};
+        for (int rep = 0; rep < 4; ++rep) {
+          SysmonSleepsBeside(1, Loop::kCheckpoint, &sleeps[0], &seconds[0], &checkpoints);
+          SysmonSleepsBeside(2, Loop::kYield, &sleeps[1], &seconds[1], &yields);
+          SysmonSleepsBeside(2, Loop::kYieldEvery400us, &sleeps[2], &seconds[2], &seldom_yields);
+        }
+        keeping = static_cast<long>(sleeps[0] / seconds[0]);
+        switching = static_cast<long>(sleeps[1] / seconds[1]);
+        seldom = static_cast<long>(sleeps[2] / seconds[2]);
       },
       Opts(1, absl::Milliseconds(10)));
-  fprintf(stderr, "sysmon slept %ld times a second beside %llu checkpoints, %ld beside %llu yields\n", keeping,
-          U(checkpoints), switching, U(yields));
+  fprintf(stderr,
+          "sysmon slept %ld times a second beside %llu checkpoints, %ld beside %llu yields, "
+          "%ld beside %llu yields every 400 us\n",
+          keeping, U(checkpoints), switching, U(yields), seldom, U(seldom_yields));
   CHILD_CHECK(yields > 10000, "only %llu yields: the goroutines did not switch constantly; the test proved nothing",
               U(yields));
-  CHILD_CHECK(switching * 4 < keeping * 3,
+  CHILD_CHECK(seldom_yields > 500, "only %llu yields every 400 us: the test proved nothing", U(seldom_yields));
+  CHILD_CHECK(switching * 2 < keeping,
               "sysmon woke %ld times a second with nothing to time, %ld beside slices to time: no back-off",
               switching, keeping);
+  CHILD_CHECK(seldom * 2 >= keeping,
+              "sysmon woke %ld times a second beside a switch every 400 us, %ld beside slices to time: it backed "
+              "off from goroutines that do not switch constantly",
+              seldom, keeping);
   ExitChild();
 }
 
