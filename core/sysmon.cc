@@ -23,12 +23,14 @@
 //     This costs about 900 wake-ups a second while goroutines run.
 //     While every look finds every running P on a slice it has not seen,
 //     after a new slice every 100 us or less on average (goroutines
-//     switching constantly, as in a server), there is nothing to time, and
-//     the period doubles up to slice/2. A slice first seen after such a gap
-//     is dated at most slice/8 after the look before, so it still ends at
-//     most 1/8 late; it may end up to 3/8 early. On a 10,000-connection
-//     echo server pinned to one CPU, which sysmon shares, this cut context
-//     switches from ~1,400 to ~450 a second and raised requests/s by 4-12%.
+//     switching constantly, as in a server), and none in a marked region,
+//     there is nothing to time, and the period doubles up to slice/2 (at
+//     most 10 ms). A slice first seen after such a gap is dated slice/8
+//     after the look before (no earlier than the planned gap allows), so it
+//     still ends at most 1/8 late; it may end up to 3/8 early. On a
+//     10,000-connection echo server pinned to one CPU, which sysmon shares,
+//     this cut context switches from ~1,400 to ~450 a second and raised
+//     requests/s by 4-12%.
 //
 // Sleeping: until the earliest known slice end, at most slice/8 (and at
 // least 250 us) in observation mode - slice/2 while it backs off as above -
@@ -385,14 +387,18 @@ void SysmonLoop() {
   // kChurnSliceNs on average since the look before (an echo server makes
   // one or two per request, over a hundred a millisecond). Its looks then
   // time nothing, and each one costs the program a context switch on a CPU
-  // it uses. The period doubles from max_sleep up to half a slice and drops
-  // back at the first look that finds a P keeping its slice or switching
-  // less often. (A goroutine sleeping 1 ms at a time beside an unmarked
-  // blocking call switches about once a millisecond: the short looks stay,
-  // and find the call in time for its timer.)
-  // A slice first seen after a longer gap is dated no later than max_sleep
+  // it uses. The period doubles from max_sleep up to half a slice (at most
+  // 10 ms) and drops back at the first look that finds a P keeping its
+  // slice, switching less often, or in a marked region (whose hand-off the
+  // short looks time). A look that comes less than max_sleep after the one
+  // before (the recheck after a request, the first after a deep sleep)
+  // leaves the period as it is. (A goroutine sleeping 1 ms at a time beside
+  // an unmarked blocking call switches about once a millisecond: the short
+  // looks stay, and find the call in time for its timer.)
+  // A slice first seen after a longer gap than max_sleep is dated max_sleep
   // after the look before, so it still ends at most max_sleep late; it may
-  // end up to look_every - max_sleep early instead (3/8 of a slice at most).
+  // end up to look_every - max_sleep early instead (3/8 of a slice at most),
+  // never more, however late sysmon wakes.
   constexpr int64_t kChurnSliceNs = 100 * 1000;
   const int64_t max_look_every =
       stamped ? max_sleep : std::min<int64_t>(kLongestSleepNs, std::max<int64_t>(slice / 2, max_sleep));
@@ -442,6 +448,7 @@ void SysmonLoop() {
       // in batches, so that sysmon never stops for long.
       sched.sysmon_note.SleepUntil(Nanotime() + kScavengeBacklogNs);
       sched.sysmon_note.Clear();
+      last_look = Nanotime();  // whatever runs now began during that sleep
       continue;
     }
     // What sysmon wakes for even with nothing to run: the next schedtrace
@@ -525,6 +532,7 @@ void SysmonLoop() {
       // (no P being idle) a timer.
       const bool work = !p->runq.Empty() || sched.runq_size.load(std::memory_order_relaxed) > 0 || timer_due;
       if (st == P::Status::kSyscall) {
+        calm = true;
         // Retake a P whose M blocks in a marked region: at the second look
         // at the same region if goroutines wait to run - on this P, in the
         // global queue, or (no P idle, no M spinning) on any P - or one of
@@ -572,8 +580,9 @@ void SysmonLoop() {
         if (static_cast<int64_t>(tick - ps[i].tick) * kChurnSliceNs < now - last_look) calm = true;
         ps[i].tick = tick;
         // Observed: dated now, or max_sleep after the last look if that was
-        // longer ago (see look_every).
-        const int64_t unseen = std::max<int64_t>(now - last_look - max_sleep, 0);
+        // longer ago - but no earlier than the planned gap allows (see
+        // look_every).
+        const int64_t unseen = std::clamp<int64_t>(now - last_look - max_sleep, 0, look_every - max_sleep);
         ps[i].start_tsc = stamped ? p->slice_start_tsc.load(std::memory_order_relaxed)
                                   : now_tsc - static_cast<uint64_t>(static_cast<double>(unseen) / ns_per_tick);
         churning = true;
@@ -730,7 +739,9 @@ void SysmonLoop() {
       until_expiry = std::min(until_expiry, r.delay);
       ++k;
     }
-    if (churning && !calm) {
+    if (now - last_look < max_sleep) {
+      // Too soon after the look before to tell constant switching.
+    } else if (churning && !calm) {
       look_every = std::min(look_every * 2, max_look_every);
     } else {
       look_every = max_sleep;

@@ -605,7 +605,7 @@ void SysmonSleepsBeside(int goroutines, Loop loop, long* sleeps, double* seconds
   CHILD_CHECK(yields > 10000, "only %llu yields: the goroutines did not switch constantly; the test proved nothing",
               U(yields));
   CHILD_CHECK(seldom_yields > 500, "only %llu yields every 400 us: the test proved nothing", U(seldom_yields));
-  CHILD_CHECK(switching * 2 < keeping,
+  CHILD_CHECK(switching * 10 < keeping * 7,
               "sysmon woke %ld times a second with nothing to time, %ld beside slices to time: no back-off",
               switching, keeping);
   CHILD_CHECK(seldom * 2 >= keeping,
@@ -626,11 +626,17 @@ TEST(SyscallTest, SysmonBacksOffBesideGoroutinesThatSwitchConstantly) {
 // goroutine stops them and runs Checkpoint() in a loop until one of them
 // runs again. That first slice lasts 35-45 ms with the dating, 40-50 ms
 // without it (dated at the look that found it). The rounds end the back-off
-// at points 0.7 ms apart, sweeping sysmon's period.
+// at points 0.7 ms apart, sweeping sysmon's period, so the slices of about
+// a third of them begin late in a 10 ms gap and are dated back: they end
+// before 40 ms. Without the dating no slice can end before 40 ms, and a busy
+// machine only delays sysmon, so the test checks for slices under 39 ms.
+// (Whether the late side stays within 45 ms is a timing matter for a quiet
+// machine: 4-6 of 15 rounds over 46.5 ms without the dating, none with it;
+// under TSan with three tests on two CPUs sysmon's wake-ups alone push up to
+// 4 over. A round may also take two slices: every 61st turn the scheduler
+// looks at the global queue first, where the preempted goroutine waits.)
 //
-// Fails without the dating rule: 6 of 15 rounds over 46.5 ms (45 ms and
-// 1.5 ms for sysmon's wake-up); with it none on a quiet machine, and 1 of 45
-// under TSan with three tests at once on two CPUs.
+// Fails without the dating rule: no slice under 40 ms.
 [[noreturn]] void SliceAfterBackedOffLooksChild() {
   goro_test::Watchdog dog(absl::Seconds(40), "a slice begun while sysmon's looks were backed off");
   constexpr int kRounds = 15;
@@ -663,13 +669,14 @@ TEST(SyscallTest, SysmonBacksOffBesideGoroutinesThatSwitchConstantly) {
       },
       Opts(1, absl::Milliseconds(40)));
   PrintAndMedian("first slice after backed-off looks", slice_ms);
-  const auto late = std::count_if(slice_ms.begin(), slice_ms.end(), [](double ms) { return ms > 46.5; });
-  CHILD_CHECK(late < 4, "%d of %d first slices after backed-off looks lasted over 46.5 ms (40 ms slice)",
-              static_cast<int>(late), kRounds);
+  const auto dated_back = std::count_if(slice_ms.begin(), slice_ms.end(), [](double ms) { return ms < 39.0; });
+  CHILD_CHECK(dated_back > 0,
+              "no first slice after backed-off looks ended before 39 ms (40 ms slice): slices first seen after a "
+              "skipped look are dated at the look that found them");
   ExitChild();
 }
 
-TEST(SyscallTest, ASliceBegunWhileSysmonLooksLessOftenStillEndsOnTime) {
+TEST(SyscallTest, ASliceBegunWhileSysmonLooksLessOftenIsDatedBackToTheSkippedLook) {
   EXPECT_CHILD_OK(SliceAfterBackedOffLooksChild());
 }
 
