@@ -259,7 +259,7 @@ PollDesc::Registration PollDesc::Register(int fd, File* file, int* error) {
     return r;
   }
   rready = wready = false;
-  hup = false;
+  hup.store(false, std::memory_order_relaxed);
   drained.store(false, std::memory_order_relaxed);
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0) {
@@ -560,7 +560,7 @@ G* NetpollHandle(const epoll_event* events, int n, bool blocking) {
       pd->lock.Unlock();  // for a file closed since epoll_wait returned
       continue;
     }
-    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) pd->hup = true;
+    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) pd->hup.store(true, std::memory_order_relaxed);
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) {
       pd->rready = true;
       TakeWaiter(pd->rg, &list);

@@ -84,10 +84,12 @@ struct PollDesc {
 
   // After a short read of a TCP socket: unless the peer hung up (or an error
   // or urgent data was reported), the next io::Read waits for an edge first.
+  // No lock: the poller sets hup and rready together under the lock, so a
+  // hup this misses comes with an rready that the wait finds (a wait that
+  // took that rready already took the lock after the poller, and hup is
+  // seen).
   void MarkDrained() {
-    lock.Lock();
-    if (!hup) drained.store(true, std::memory_order_relaxed);
-    lock.Unlock();
+    if (!hup.load(std::memory_order_relaxed)) drained.store(true, std::memory_order_relaxed);
   }
 
   // With `lock` held: whether a registration is in force (the fast path of
@@ -151,11 +153,12 @@ struct PollDesc {
   // receive queue, and anything that arrives later raises a new edge.
   bool tcp = false;
   // The peer hung up, an error or urgent data was reported: a short read may
-  // leave something queued that raises no further edge.
-  bool hup = false;
-  // Set by MarkDrained (under lock, so that it sees hup) after a short read
-  // of a TCP socket; taken by the next io::Read (without the lock), which
-  // then waits for an edge instead of trying the read first.
+  // leave something queued that raises no further edge. Written under lock;
+  // MarkDrained reads it without.
+  std::atomic<bool> hup{false};
+  // Set by MarkDrained after a short read of a TCP socket; taken by the next
+  // io::Read (without the lock), which then waits for an edge instead of
+  // trying the read first.
   std::atomic<bool> drained{false};
   // The goroutine waiting to read / write, if any. Set under lock by the
   // waiter; claimed with an exchange (or CAS) by whoever wakes it - the poller,
