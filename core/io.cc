@@ -243,9 +243,9 @@ absl::Status PollBlocking(int fd, short events, int64_t deadline_ns) {
 }
 
 // Looks up and registers fd; sets *pd and *file (the sequence number the
-// operation passes to WaitIO, and the kind of file), or returns why not. *pollable: the poller watches it;
-// *stream (if asked): it is not polled but may block, a blocking standard
-// stream, whose deadlines PollBlocking keeps.
+// operation passes to WaitIO, and the kind of file), or returns why not.
+// *pollable: the poller watches it; *stream (if asked): it is not polled but
+// may block, a blocking standard stream, whose deadlines PollBlocking keeps.
 absl::Status Prepare(int fd, PollDesc** pd, PollDesc::File* file, bool* pollable, bool* stream = nullptr) {
   if (stream != nullptr) *stream = false;
   EnsureStarted(Options{});

@@ -494,8 +494,9 @@ void SysmonLoop() {
     uint64_t now_tsc = arch::ReadTsc();
     RefineTsc(now, now_tsc);
     bool recheck = false;  // look again soon: see the end of the loop
-    bool churning = false;  // every running P is on a slice this look has not seen before
-    bool calm = false;  // some running P keeps its slice, or switches less than constantly
+    // Constant switching on every running P: churning and not calm.
+    bool churning = false;  // some running P is on a slice this look has not seen before
+    bool calm = false;  // some P keeps its slice, switches less than constantly, or is in a marked region
     int64_t until_expiry = max_look_every;
     // A P's timers are run by the M that holds it, or by another M's last
     // stealing pass. While an M blocks with its P (below), only a P that is

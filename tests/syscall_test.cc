@@ -680,7 +680,6 @@ TEST(SyscallTest, ASliceBegunWhileSysmonLooksLessOftenIsDatedBackToTheSkippedLoo
   EXPECT_CHILD_OK(SliceAfterBackedOffLooksChild());
 }
 
-
 // Waits for a byte on fds[0] in a marked region, for up to `ms`; returns
 // poll's result (1 once the byte came, and reads it).
 int MarkedPollAndRead(const int fds[2], int ms) {
