@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -186,21 +187,24 @@ PollDesc* PollDescFor(int fd) {
 }
 
 namespace {
-// PollDesc::published: seq, then tcp, socket and the state in two bits.
+// PollDesc::published: seq, then tcp, socket and the state in two bits, its
+// index here (0: no registration in force, the whole word 0).
+constexpr PollDesc::Registration kPublishedStates[] = {
+    PollDesc::Registration::kUnknown, PollDesc::Registration::kPolled, PollDesc::Registration::kNotPollable,
+    PollDesc::Registration::kBlockingStream};
 constexpr uint64_t kPublishedSocket = 1 << 2;
 constexpr uint64_t kPublishedTcp = 1 << 3;
 constexpr int kPublishedSeqShift = 4;
 }  // namespace
 
 void PollDesc::PublishLocked() {
-  uint64_t code = state == Registration::kPolled         ? 1
-                  : state == Registration::kNotPollable    ? 2
-                  : state == Registration::kBlockingStream ? 3
-                                                           : 0;
-  if (code != 0) {
-    code |= (seq << kPublishedSeqShift) | (socket ? kPublishedSocket : 0) | (tcp ? kPublishedTcp : 0);
+  uint64_t word = 0;
+  for (uint64_t code = 1; code < std::size(kPublishedStates); ++code) {
+    if (state == kPublishedStates[code]) {
+      word = code | (seq << kPublishedSeqShift) | (socket ? kPublishedSocket : 0) | (tcp ? kPublishedTcp : 0);
+    }
   }
-  published.store(code, std::memory_order_release);
+  published.store(word, std::memory_order_release);
 }
 
 PollDesc::Registration PollDesc::Register(int fd, File* file, int* error) {
@@ -208,9 +212,7 @@ PollDesc::Registration PollDesc::Register(int fd, File* file, int* error) {
   // operation on another thread sees the fd non-blocking and in epoll.
   if (const uint64_t w = published.load(std::memory_order_acquire); w != 0) [[likely]] {
     *file = File{w >> kPublishedSeqShift, (w & kPublishedSocket) != 0, (w & kPublishedTcp) != 0};
-    constexpr Registration kStates[] = {Registration::kUnknown, Registration::kPolled, Registration::kNotPollable,
-                                        Registration::kBlockingStream};
-    return kStates[w & 3];
+    return kPublishedStates[w & 3];
   }
   lock.Lock();
   if (RegisteredLocked()) {

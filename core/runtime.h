@@ -683,11 +683,11 @@ class InRuntimeScope {
 void PreemptCooperative();
 // What a RuntimeScope checks first, for a public entry whose fast path takes
 // none - one that touches only its own object's atomics (no P, no runtime
-// lock, no park): a Mutex's, an RWMutex's, a WaitGroup's. A plain thread is counted (NoteThreadSlow);
-// on a goroutine inside a marked blocking region (goro::Syscall,
-// SyscallScope) it is RuntimeScope's fatal error, so that an uncontended
-// Mutex is not misused silently until the day it is contended. Returns the
-// goroutine (null off one), for SafePoint.
+// lock, no park): a Mutex's, an RWMutex's, a WaitGroup's. A plain thread is
+// counted (NoteThreadSlow); on a goroutine inside a marked blocking region
+// (goro::Syscall, SyscallScope) it is RuntimeScope's fatal error, so that an
+// uncontended Mutex is not misused silently until the day it is contended.
+// Returns the goroutine (null off one), for SafePoint.
 inline G* NoteEntry() {
   G* g = CurrentGoroutine();
   if (g == nullptr) {
