@@ -565,6 +565,32 @@ void SysmonSleepsBeside(int goroutines, Loop loop, long* sleeps, double* seconds
   *sleeps += after - before;
 }
 
+struct BackOffFigures {
+  long keeping = 0, switching = 0, seldom = 0;  // sysmon's sleeps a second beside each
+  uint64_t checkpoints = 0, yields = 0, seldom_yields = 0;
+};
+
+// Taken in turns, so that a neighbour's load falls on all three.
+BackOffFigures MeasureBackOff() {
+  BackOffFigures f;
+  long sleeps[3] = {};
+  double seconds[3] = {};
+  for (int rep = 0; rep < 4; ++rep) {
+    SysmonSleepsBeside(1, Loop::kCheckpoint, &sleeps[0], &seconds[0], &f.checkpoints);
+    SysmonSleepsBeside(2, Loop::kYield, &sleeps[1], &seconds[1], &f.yields);
+    SysmonSleepsBeside(2, Loop::kYieldEvery400us, &sleeps[2], &seconds[2], &f.seldom_yields);
+  }
+  f.keeping = static_cast<long>(sleeps[0] / seconds[0]);
+  f.switching = static_cast<long>(sleeps[1] / seconds[1]);
+  f.seldom = static_cast<long>(sleeps[2] / seconds[2]);
+  return f;
+}
+
+bool ShowsBackOff(const BackOffFigures& f) {
+  return f.yields > 10000 && f.seldom_yields > 500 && f.switching * 10 < f.keeping * 7 &&
+         f.seldom * 2 >= f.keeping;
+}
+
 // Every look of sysmon's beside two goroutines yielding to each other finds
 // a slice it has not seen, so there is nothing to time, and its looks back
 // off from every 1.25 ms (slice/8) to every 5 ms (slice/2). Beside one
@@ -577,41 +603,44 @@ void SysmonSleepsBeside(int goroutines, Loop loop, long* sleeps, double* seconds
 // that last figure, since a look that finds the yielders' thread kept off its
 // CPU sees no switch and drops back.
 //
-// Fails without the back-off: all ~800. Without the least rate of
-// switching: ~200 beside the 400 us yielders too.
+// A machine so busy that the goroutines' thread is kept off its CPU for
+// much of the time (TSan with a load average of 7 on two CPUs) drives the
+// figures towards each other, so the measurement is taken up to three
+// times and the test judges the last.
+//
+// Fails without the back-off (all ~800, in every attempt). Without the
+// least rate of switching: ~200 beside the 400 us yielders too.
 [[noreturn]] void SysmonBacksOffBesideConstantSwitchingChild() {
-  goro_test::Watchdog dog(absl::Seconds(25), "sysmon beside two goroutines yielding to each other");
-  static long keeping = -1, switching = -1, seldom = -1;
-  static uint64_t checkpoints = 0, yields = 0, seldom_yields = 0;
+  goro_test::Watchdog dog(absl::Seconds(60), "sysmon beside two goroutines yielding to each other");
+  constexpr int kAttempts = 3;
+  static BackOffFigures figures[kAttempts];
+  static int attempts = 0;
   goro::Run(
       [] {
-        // Taken in turns, so that a neighbour's load falls on all three.
-        long sleeps[3] = {};
-        double seconds[3] = {};
-        for (int rep = 0; rep < 4; ++rep) {
-          SysmonSleepsBeside(1, Loop::kCheckpoint, &sleeps[0], &seconds[0], &checkpoints);
-          SysmonSleepsBeside(2, Loop::kYield, &sleeps[1], &seconds[1], &yields);
-          SysmonSleepsBeside(2, Loop::kYieldEvery400us, &sleeps[2], &seconds[2], &seldom_yields);
+        while (attempts < kAttempts) {
+          figures[attempts] = MeasureBackOff();
+          if (ShowsBackOff(figures[attempts++])) break;
         }
-        keeping = static_cast<long>(sleeps[0] / seconds[0]);
-        switching = static_cast<long>(sleeps[1] / seconds[1]);
-        seldom = static_cast<long>(sleeps[2] / seconds[2]);
       },
       Opts(1, absl::Milliseconds(10)));
-  fprintf(stderr,
-          "sysmon slept %ld times a second beside %llu checkpoints, %ld beside %llu yields, "
-          "%ld beside %llu yields every 400 us\n",
-          keeping, U(checkpoints), switching, U(yields), seldom, U(seldom_yields));
-  CHILD_CHECK(yields > 10000, "only %llu yields: the goroutines did not switch constantly; the test proved nothing",
-              U(yields));
-  CHILD_CHECK(seldom_yields > 500, "only %llu yields every 400 us: the test proved nothing", U(seldom_yields));
-  CHILD_CHECK(switching * 10 < keeping * 7,
+  for (int i = 0; i < attempts; ++i) {
+    const BackOffFigures& f = figures[i];
+    fprintf(stderr,
+            "attempt %d: sysmon slept %ld times a second beside %llu checkpoints, %ld beside %llu yields, "
+            "%ld beside %llu yields every 400 us\n",
+            i + 1, f.keeping, U(f.checkpoints), f.switching, U(f.yields), f.seldom, U(f.seldom_yields));
+  }
+  const BackOffFigures& f = figures[attempts - 1];
+  CHILD_CHECK(f.yields > 10000,
+              "only %llu yields: the goroutines did not switch constantly; the test proved nothing", U(f.yields));
+  CHILD_CHECK(f.seldom_yields > 500, "only %llu yields every 400 us: the test proved nothing", U(f.seldom_yields));
+  CHILD_CHECK(f.switching * 10 < f.keeping * 7,
               "sysmon woke %ld times a second with nothing to time, %ld beside slices to time: no back-off",
-              switching, keeping);
-  CHILD_CHECK(seldom * 2 >= keeping,
+              f.switching, f.keeping);
+  CHILD_CHECK(f.seldom * 2 >= f.keeping,
               "sysmon woke %ld times a second beside a switch every 400 us, %ld beside slices to time: it backed "
               "off from goroutines that do not switch constantly",
-              seldom, keeping);
+              f.seldom, f.keeping);
   ExitChild();
 }
 
