@@ -1741,14 +1741,14 @@ void YieldNow() {
   SwitchToG0(m, m->curg, SwitchRequest::kYield);
 }
 
-RuntimeScope::RuntimeScope() {
+void RuntimeScope::Enter(bool safe_point) {
   g_ = CurrentGoroutine();
   if (g_ == nullptr) {
     if (CurrentM() == nullptr) NoteThreadSlow();  // a plain thread, not g0
     return;
   }
   int32_t n = g_->preempt_off.load(std::memory_order_relaxed);
-  if (n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
+  if (safe_point && n == 0 && g_->stackguard0.load(std::memory_order_relaxed) == kStackPreempt) {
     PreemptCooperative();
   }
   g_->preempt_off.store(n + kInRuntime, std::memory_order_relaxed);

@@ -236,6 +236,10 @@ inline constexpr int32_t kInRuntime = 1 << 16;
 // Whether a goroutine whose preempt_off is `preempt_off` is inside runtime
 // code (not merely inside a NoPreemptScope).
 inline bool InRuntimeCode(int32_t preempt_off) { return preempt_off >= kInRuntime; }
+// Whether a NoPreemptScope, or goro's dl_iterate_phdr wrapper, is open on a
+// goroutine whose preempt_off is `preempt_off`: no other goroutine may run
+// on its thread, not even at a goro call.
+inline bool HoldsOffPreemption(int32_t preempt_off) { return preempt_off % kInRuntime != 0; }
 // G::syscall_depth of an outermost marked region that kept its P: entered in
 // a signal handler of the program's that interrupted runtime code
 // (core/syscall.cc).
@@ -655,12 +659,19 @@ inline void LeaveRuntimeCode(G* g) {
 // is the cooperative half of preemption. Off a goroutine it does nothing.
 class RuntimeScope {
  public:
-  RuntimeScope();
+  RuntimeScope() { Enter(true); }
+  // For the slow path of a release (an unlock, the Add that ends a
+  // WaitGroup's wait): the same, but a pending request is left for the
+  // SafePoint after the release, so that the goroutine is not set aside
+  // still holding what it is giving up, or with its waiters not yet woken.
+  struct Releasing {};
+  explicit RuntimeScope(Releasing) { Enter(false); }
   ~RuntimeScope() { LeaveRuntimeCode(g_); }
   RuntimeScope(const RuntimeScope&) = delete;
   RuntimeScope& operator=(const RuntimeScope&) = delete;
 
  private:
+  void Enter(bool safe_point);
   G* g_;
 };
 

@@ -106,10 +106,13 @@ void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool ha
     Ready(g);
     woken = next;
   }
+  // Starvation mode: let the waiter run now, on this P, rather than after
+  // our time slice - unless the caller keeps other goroutines off its thread
+  // (a NoPreemptScope, dl_iterate_phdr's wrapper), as Go yields only when
+  // its M holds no locks.
   if (handoff && any) {
-    // Starvation mode: let the waiter run now, on this P, rather than after
-    // our time slice.
-    YieldNow();
+    G* self = CurrentGoroutine();
+    if (self == nullptr || !HoldsOffPreemption(self->preempt_off.load(std::memory_order_relaxed))) YieldNow();
   }
 }
 

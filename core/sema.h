@@ -36,6 +36,9 @@ extern std::atomic<void (*)()> mutex_unlock_wake_hook;
 // The same for CondVar::Signal and SignalAll: called once a waiter has been
 // chosen, before the signaller's last touch of the CondVar.
 extern std::atomic<void (*)()> condvar_signal_hook;
+// And for ~CondVar with waiters still queued: called with the CondVar's lock
+// held, once they are detached.
+extern std::atomic<void (*)()> condvar_detach_hook;
 // The same for RWMutex::Unlock (tests/rwmutex_test.cc), called with where it
 // is: kGap between its unlock of the writers' Mutex and its return of the
 // readers' count (the lock is still write-held), kWake just before it wakes

@@ -16,6 +16,7 @@ namespace goro {
 namespace internal {
 std::atomic<void (*)()> mutex_unlock_wake_hook{nullptr};
 std::atomic<void (*)()> condvar_signal_hook{nullptr};
+std::atomic<void (*)()> condvar_detach_hook{nullptr};
 std::atomic<void (*)(RWMutexUnlockPoint)> rwmutex_unlock_hook{nullptr};
 }  // namespace internal
 
@@ -49,7 +50,7 @@ void WaitGroup::Add(int64_t n) {
 // The rest of an Add that made `state`: its misuse checks, and the release
 // of the waiters when the counter reached zero.
 void WaitGroup::Settle(int64_t n, uint64_t state) {
-  internal::RuntimeScope scope;
+  internal::RuntimeScope scope{internal::RuntimeScope::Releasing{}};
   int32_t v = static_cast<int32_t>(state >> 32);
   uint32_t w = static_cast<uint32_t>(state);
   if (v < 0) internal::FatalG("sync: negative WaitGroup counter");
@@ -214,7 +215,7 @@ void Mutex::Release() {
 // still to touch it. Here a waiter's Lock returns only after the semaphore
 // release that wakes it, which touches the Mutex last.
 void Mutex::UnlockSlow(int32_t old) {
-  internal::RuntimeScope scope;
+  internal::RuntimeScope scope{internal::RuntimeScope::Releasing{}};  // Unlock's SafePoint comes after
   for (;;) {
     if ((old & kLocked) == 0) internal::FatalG("sync: unlock of unlocked mutex");
     if (old & kStarving) {
@@ -328,7 +329,7 @@ void RWMutex::RUnlock() {
 }
 
 void RWMutex::RUnlockSlow(int32_t old) {
-  internal::RuntimeScope scope;
+  internal::RuntimeScope scope{internal::RuntimeScope::Releasing{}};
   // Nobody held it for reading: unlocked, write-held with nobody blocked, or
   // with nobody blocked in the gap where the next writer has announced itself
   // before the last one's Unlock gave its count back (INT32_MIN; the
@@ -384,7 +385,7 @@ void RWMutex::Unlock() {
 }
 
 void RWMutex::UnlockSlow(int32_t old) {
-  internal::RuntimeScope scope;
+  internal::RuntimeScope scope{internal::RuntimeScope::Releasing{}};
   if (old >= 0) internal::FatalG("sync: Unlock of unlocked RWMutex");  // two Unlocks raced
   int32_t readers = old + kMaxReaders;  // what readers_ holds now
   auto hook = internal::rwmutex_unlock_hook.load(std::memory_order_relaxed);
@@ -613,9 +614,15 @@ CondVar::~CondVar() {
   // returns from main, are detached: nothing can signal them any more, and
   // their timers (which may be hours away) are not waited for. Not an error:
   // a Go program may end with goroutines blocked too.
-  internal::LockWord(lock_);
-  CondVarAccess::DetachAllLocked(this);
-  internal::UnlockWord(lock_);
+  {
+    // Not set aside holding lock_: a timeout callback of a waiter still
+    // queued would spin on it, on g0, and never let this goroutine run again.
+    internal::InRuntimeScope in_runtime;
+    internal::LockWord(lock_);
+    CondVarAccess::DetachAllLocked(this);
+    if (auto hook = internal::condvar_detach_hook.load(std::memory_order_relaxed)) [[unlikely]] hook();
+    internal::UnlockWord(lock_);
+  }
   if (timers_.load(std::memory_order_acquire) == 0) return;
   // A woken WaitFor's timer callback is running, or its waker (or park
   // commit) is between lock_ and dropping the count: runtime code, under

@@ -491,6 +491,207 @@ TEST(MutexTest, NoLockReturnsBeforeTheUnlockThatWakesItIsDone) {
 }
 
 // ---------------------------------------------------------------------------
+// Releases and preemption (1 P, in child processes)
+
+[[noreturn]] void ExitChild() {
+  fflush(stderr);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+goro::Options OneProc() {
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  return opts;
+}
+
+// Asks the calling goroutine to yield at its next safe point, as sysmon
+// does when its time slice is over.
+void AskToYield() { goro::internal::CurrentGoroutine()->stackguard0.store(goro::internal::kStackPreempt); }
+
+// An Unlock that must wake a waiter takes its slow path. A preemption
+// request pending then is honoured after the release (Unlock's SafePoint),
+// not on entering the slow path, where the goroutine would be set aside in
+// the global queue still holding the lock, which nobody could take until it
+// ran again. On 1 P: `contender` blocks in `lock`; the holder queues an
+// observer, asks itself to yield and unlocks. The contender, woken into
+// runnext, takes the lock and gives it back; then the observer, which runs
+// before the holder comes back from the global queue, must find it free.
+//
+// Fails (the observer's try fails) if the slow path honours the request on
+// entry.
+[[noreturn]] void UnlockWithARequestPendingChild(bool rw) {
+  Watchdog dog(absl::Seconds(20), "an Unlock with a preemption request pending");
+  static bool observer_found_it_free = false, observer_ran = false;
+  static uint64_t preempted = 0;
+  goro::Run(
+      [rw] {
+        goro::Mutex mu;
+        goro::RWMutex rwmu;
+        auto lock = [&] { rw ? rwmu.Lock() : mu.Lock(); };
+        auto unlock = [&] { rw ? rwmu.Unlock() : mu.Unlock(); };
+        goro::WaitGroup wg;
+        lock();
+        std::atomic<bool> contending{false};
+        wg.Add(2);
+        goro::Go([&] {  // the contender
+          contending = true;
+          lock();
+          unlock();
+          wg.Done();
+        });
+        while (!contending.load()) goro::Yield();
+        goro::Yield();  // it blocks in lock()
+        goro::Go([&] {  // the observer
+          observer_ran = true;
+          observer_found_it_free = rw ? rwmu.TryRLock() : mu.TryLock();
+          if (observer_found_it_free) rw ? rwmu.RUnlock() : mu.Unlock();
+          wg.Done();
+        });
+        const uint64_t before = goro::CurrentGoroutinePreemptions();
+        AskToYield();
+        unlock();
+        preempted = goro::CurrentGoroutinePreemptions() - before;
+        wg.Wait();
+      },
+      OneProc());
+  CHILD_CHECK(preempted == 1, "the holder yielded %llu times in Unlock, not once: the test proved nothing",
+              static_cast<unsigned long long>(preempted));
+  CHILD_CHECK(observer_ran, "the observer never ran");
+  CHILD_CHECK(observer_found_it_free,
+              "the %s was still held while its holder waited in the global queue: its Unlock yielded before "
+              "releasing it",
+              rw ? "RWMutex" : "Mutex");
+  ExitChild();
+}
+
+TEST(MutexTest, UnlockWithAPreemptionRequestPendingReleasesFirst) {
+  EXPECT_EXIT(UnlockWithARequestPendingChild(false), ::testing::ExitedWithCode(0), "");
+}
+
+// RWMutex::Unlock with another writer blocked unlocks its writers' Mutex
+// first, while still write-held: no safe point may come there either.
+TEST(RWMutexTest, UnlockWithAPreemptionRequestPendingReleasesFirst) {
+  EXPECT_EXIT(UnlockWithARequestPendingChild(true), ::testing::ExitedWithCode(0), "");
+}
+
+// A Mutex in starvation mode is handed to its first waiter by Unlock, which
+// then yields to it - but not inside a NoPreemptScope, where no other
+// goroutine may run on the thread (it may hold a thread-owned lock, which
+// the next goroutine on the thread would be let into). On 1 P: the waiter
+// blocks, the holder keeps the Mutex over 1 ms and takes it back at once
+// after an Unlock that woke the waiter, which then finds it held, switches
+// it to starvation mode and waits again; the holder unlocks inside a
+// NoPreemptScope. The waiter must run only after the scope ends.
+//
+// Fails if the hand-off yields inside the scope.
+[[noreturn]] void StarvationHandOffInANoPreemptScopeChild() {
+  Watchdog dog(absl::Seconds(20), "a starvation-mode hand-off inside a NoPreemptScope");
+  static bool ran_inside = false, got_it = false;
+  goro::Run(
+      [] {
+        goro::Mutex mu;
+        std::atomic<bool> in_scope{false}, contending{false};
+        goro::WaitGroup wg;
+        wg.Add(1);
+        mu.Lock();
+        goro::Go([&] {
+          contending = true;
+          mu.Lock();
+          ran_inside = in_scope.load();
+          got_it = true;
+          mu.Unlock();
+          wg.Done();
+        });
+        while (!contending.load()) goro::Yield();
+        goro::Yield();  // it blocks in Lock
+        goro_test::Spin(absl::Milliseconds(3));
+        mu.Unlock();  // wakes it
+        mu.Lock();    // before it runs: it waits again, over 1 ms now
+        goro::Yield();  // it finds mu held and switches it to starvation mode
+        {
+          goro::NoPreemptScope no_preempt;
+          in_scope = true;
+          mu.Unlock();  // hands mu over
+          goro_test::Spin(absl::Milliseconds(1));
+          in_scope = false;
+        }
+        wg.Wait();
+      },
+      OneProc());
+  CHILD_CHECK(got_it, "the waiter never got the Mutex");
+  CHILD_CHECK(!ran_inside, "the waiter ran inside the NoPreemptScope of the Unlock that handed it the Mutex");
+  ExitChild();
+}
+
+TEST(MutexTest, StarvationHandOffInANoPreemptScopeRunsNoOtherGoroutine) {
+  EXPECT_EXIT(StarvationHandOffInANoPreemptScopeChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ~CondVar detaches the waiters still queued with the CondVar's lock held,
+// and must not be set aside there: a WaitFor's timer firing meanwhile would
+// spin on the lock, on g0, and the goroutine holding it would never run
+// again. The seam holds the lock through 30 ms of spinning in this file's
+// code, at a 1 ms time slice with another goroutine runnable.
+//
+// Fails if the destructor may be preempted there (the spin is interrupted).
+namespace detach {
+std::atomic<uint64_t> preempted_in_hook{0};
+void Hook() {
+  const uint64_t before = goro::CurrentGoroutinePreemptions();
+  goro_test::Spin(absl::Milliseconds(30));
+  preempted_in_hook = goro::CurrentGoroutinePreemptions() - before;
+}
+}  // namespace detach
+
+[[noreturn]] void NotPreemptedWhileDetachingChild() {
+  Watchdog dog(absl::Seconds(20), "~CondVar with a waiter queued");
+  static uint64_t preempted_elsewhere = 0;
+  goro::Options opts = OneProc();
+  opts.time_slice = absl::Milliseconds(1);
+  goro::Run(
+      [] {
+        static goro::Mutex mu;
+        auto* cv = new goro::CondVar;
+        std::atomic<bool> queued{false}, stop{false};
+        goro::Go([cv, &queued] {  // waits for good: nothing will signal it
+          mu.Lock();
+          queued = true;
+          cv->Wait(mu);
+        });
+        while (!queued.load()) goro::Yield();
+        {
+          std::lock_guard<goro::Mutex> queued_now(mu);  // Wait released mu once queued
+        }
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {  // keeps a goroutine runnable
+          while (!stop.load(std::memory_order_relaxed)) goro::Checkpoint();
+          wg.Done();
+        });
+        goro::internal::condvar_detach_hook.store(&detach::Hook);
+        delete cv;
+        goro::internal::condvar_detach_hook.store(nullptr);
+        // The check that the spin alone is preempted at this slice.
+        const uint64_t before = goro::CurrentGoroutinePreemptions();
+        goro_test::Spin(absl::Milliseconds(30));
+        preempted_elsewhere = goro::CurrentGoroutinePreemptions() - before;
+        stop = true;
+        wg.Wait();
+      },
+      opts);
+  CHILD_CHECK(preempted_elsewhere > 0, "30 ms of spinning at a 1 ms slice was never preempted: the test proved nothing");
+  CHILD_CHECK(detach::preempted_in_hook == 0,
+              "~CondVar was preempted %llu times with the CondVar's lock held",
+              static_cast<unsigned long long>(detach::preempted_in_hook.load()));
+  ExitChild();
+}
+
+TEST(CondVarTest, NotPreemptedWhileDetachingWaiters) {
+  if (goro_test::kTsanBuild) GTEST_SKIP() << "ThreadSanitizer build: no asynchronous preemption";
+  EXPECT_EXIT(NotPreemptedWhileDetachingChild(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------------------
 // CondVar
 
 // Likewise a CondVar may be destroyed by a waiter as soon as its Wait returns
