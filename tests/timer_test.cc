@@ -539,16 +539,17 @@ TEST(TickerTest, TicksRepeatAndNoneComesEarly) {
 // does not add up: every firing is somewhat late (a sleeping M's timeout
 // has 50 us of timer slack, and it must then run), and a ticker that set
 // its next tick a period after each firing would drift by that much per
-// tick. After 60 ticks of 2 ms, the least late of the last 10 must be
-// within 1.5 ms of its due time. Fails when the next tick is set from the
-// firing time: 6.6 ms behind in the check run. Three tries, for a loaded
-// machine.
+// tick. After 100 ticks of 2 ms, the least late of the last 10 must be
+// within 3 ms of its due time. Fails when the next tick is set from the
+// firing time: 6.6 ms behind after 60 ticks in the check run, so about 11
+// ms after 100. Five tries, for a loaded machine (a load average of 7 on
+// two CPUs made three tries of 60 ticks within 1.5 ms fail once).
 TEST(TickerTest, TicksKeepToTheirScheduleWithoutDrift) {
   RunBounded([] {
     constexpr absl::Duration kPeriod = absl::Milliseconds(2);
-    constexpr int kTicks = 60;
+    constexpr int kTicks = 100;
     absl::Duration least_late;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
       absl::Time start = absl::Now();
       goro::Ticker tick(kPeriod);
       least_late = absl::InfiniteDuration();
@@ -558,9 +559,9 @@ TEST(TickerTest, TicksKeepToTheirScheduleWithoutDrift) {
         // A tick received after it was dropped for being late is a later one.
         if (k > kTicks - 10) least_late = std::min(least_late, *t - (start + k * kPeriod));
       }
-      if (least_late < absl::Microseconds(1500)) break;
+      if (least_late < absl::Milliseconds(3)) break;
     }
-    EXPECT_LT(least_late, absl::Microseconds(1500)) << "the ticker drifted from its schedule";
+    EXPECT_LT(least_late, absl::Milliseconds(3)) << "the ticker drifted from its schedule";
   });
 }
 
