@@ -176,6 +176,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <cxxabi.h>
 #include <linux/membarrier.h>
@@ -247,7 +248,7 @@ void FreeExternalG(void* arg) {
       ::syscall(SYS_gettid) != getpid() && sched.started.load(std::memory_order_acquire)) {
     AskSysmonToCheckForDeadlock();
   }
-  delete g;
+  while (g != nullptr) delete std::exchange(g, g->nested_external);
 }
 
 pthread_key_t ExternalGKey() {
@@ -337,23 +338,41 @@ namespace {
 
 namespace {
 
-G* ExternalG() {
-  if (G* g = tls_external_g) return g;
+G* NewStandIn(bool counted) {
   G* g = new G();
   g->external = true;
   g->status.store(GStatus::kRunning, std::memory_order_relaxed);
-  // Made by a pthread key destructor after FreeExternalG ran: the thread is
-  // ending, and the C library may run out of rounds of key destructors before
-  // FreeExternalG runs again (the G then leaks). Counted, it would keep
-  // external_awake above zero for good, and no deadlock would be reported
-  // again; so it is never counted, parked or not (Park, Ready).
-  if (tls_external_g_freed) {
-    g->external_uncounted = true;
-  } else {
+  if (counted) {
     sched.external_awake.fetch_add(1);
+  } else {
+    g->external_uncounted = true;
   }
-  if (pthread_setspecific(ExternalGKey(), g) != 0) Fatal("ExternalG: pthread_setspecific failed");
-  tls_external_g = g;
+  return g;
+}
+
+G* ExternalG() {
+  G* g = tls_external_g;
+  if (g == nullptr) {
+    // Made by a pthread key destructor after FreeExternalG ran: the thread
+    // is ending, and the C library may run out of rounds of key destructors
+    // before FreeExternalG runs again (the G then leaks). Counted, it would
+    // keep external_awake above zero for good, and no deadlock would be
+    // reported again; so it is never counted, parked or not (Park, Ready).
+    g = NewStandIn(/*counted=*/!tls_external_g_freed);
+    if (pthread_setspecific(ExternalGKey(), g) != 0) Fatal("ExternalG: pthread_setspecific failed");
+    tls_external_g = g;
+    return g;
+  }
+  // Not running: this thread is asleep in a wait (Park), and a signal
+  // handler that interrupted it calls goro - exit() from a SIGTERM handler
+  // while main waits in Run, and a global's destructor that waits for its
+  // workers. A wait of the handler's needs a G of its own: on the thread's,
+  // whichever wake-up came first would end both waits. Not counted: the
+  // thread counts as asleep in its own wait meanwhile (docs/scheduler.md).
+  while (g->status.load(std::memory_order_relaxed) != GStatus::kRunning) [[unlikely]] {
+    if (g->nested_external == nullptr) g->nested_external = NewStandIn(/*counted=*/false);
+    g = g->nested_external;
+  }
   return g;
 }
 
@@ -1705,8 +1724,8 @@ void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
 void Ready(G* g) {
   GStatus want = GStatus::kWaiting;
   if (!g->status.compare_exchange_strong(want, GStatus::kRunnable, std::memory_order_acq_rel)) {
-    Fatal(absl::StrCat("Ready: goroutine ", g->id, " is not waiting (status ",
-                       static_cast<int>(want), ")"));
+    Fatal(absl::StrCat("Ready: ", g->external ? "a plain thread" : absl::StrCat("goroutine ", g->id),
+                       " is not waiting (status ", static_cast<int>(want), ")"));
   }
   if (g->external) {
     // Awake from this moment, before its thread runs: otherwise the last M

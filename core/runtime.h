@@ -201,6 +201,9 @@ struct alignas(64) G {
   // core/proc.cc): never counted in Sched::external_awake. Set before the G
   // is used.
   bool external_uncounted = false;
+  // The stand-in for a wait begun in a signal handler while this one waits
+  // (ExternalG in core/proc.cc); made on first use, freed with this one.
+  G* nested_external = nullptr;
   // Run's goroutine, counted as exited (P::exited) just before it lets Run
   // return, so that GetStats() after Run no longer counts it; its own exit
   // then does not count it again. The goroutine's own.

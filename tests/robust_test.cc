@@ -1814,6 +1814,78 @@ TEST(RobustTest, WaitInASignalHandlerOverRunsWaitEndsTheFreezeAtExit) {
   EXPECT_EXIT(WaitInASignalHandlerOverRunsWaitDuringExitChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// A signal handler that waits in goro on a plain thread that is itself
+// waiting in goro (main, in Run) waits on a stand-in G of its own. On the
+// thread's one G, whichever wake-up came first would end both waits: the
+// handler's with no ticket (a fatal error), or Run's before its goroutine
+// had returned. The handler waits on a WaitGroup, then receives from a
+// channel; `handler_first`: its waits end before Run's goroutine returns,
+// or after.
+//
+// Fails without the handler's own stand-in: "SemAcquire: woken without a
+// ticket" when Run's goroutine returns first; otherwise Run returns while
+// its goroutine still runs, and the handler's Recv or the later Send goes
+// wrong.
+namespace nested_wait {
+goro::WaitGroup* wg;
+goro::Chan<int>* ch;
+std::atomic<int> state{0};  // 1: the handler has begun, 2: it is done
+std::atomic<int> got{-1};
+std::atomic<bool> run_returned{false};
+}  // namespace nested_wait
+
+[[noreturn]] void WaitInAHandlerOverAThreadsWaitChild(bool handler_first) {
+  using namespace nested_wait;
+  goro_test::Watchdog dog(absl::Seconds(20), "a wait in a signal handler over the thread's wait in Run");
+  wg = new goro::WaitGroup;
+  ch = new goro::Chan<int>;
+  wg->Add(1);
+  signal(SIGUSR1, [](int) {
+    state = 1;
+    wg->Wait();
+    std::optional<int> v = ch->Recv();
+    got = v.value_or(-2);
+    state = 2;
+  });
+  const pthread_t main_thread = pthread_self();
+  goro::Run(
+      [main_thread, handler_first] {
+        goro::SleepFor(absl::Milliseconds(50));  // main waits in Run by now
+        pthread_kill(main_thread, SIGUSR1);
+        while (state.load() == 0) goro::SleepFor(absl::Milliseconds(1));
+        goro::SleepFor(absl::Milliseconds(50));  // the handler waits on wg by now
+        auto end_the_handlers_waits = [] {
+          wg->Done();
+          ch->Send(7);
+        };
+        if (handler_first) {
+          end_the_handlers_waits();
+          while (state.load() != 2) goro::SleepFor(absl::Milliseconds(1));
+          return;
+        }
+        goro::Go([end_the_handlers_waits] {
+          goro::SleepFor(absl::Milliseconds(200));
+          CHILD_CHECK(!run_returned.load(), "Run returned while the signal handler still waited");
+          end_the_handlers_waits();
+        });
+      },
+      goro_test::TestOptions());
+  run_returned = true;
+  CHILD_CHECK(state.load() == 2, "Run returned with the signal handler in state %d, not done", state.load());
+  CHILD_CHECK(got.load() == 7, "the handler received %d, not 7", got.load());
+  fflush(stderr);
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, AWaitInASignalHandlerOverTheThreadsOwnWaitParksOnItsOwn) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: TSan reports the waits in the signal handler as signal-unsafe calls, "
+                    "which they are; programs wait in handlers all the same";
+  }
+  EXPECT_EXIT(WaitInAHandlerOverAThreadsWaitChild(/*handler_first=*/true), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(WaitInAHandlerOverAThreadsWaitChild(/*handler_first=*/false), ::testing::ExitedWithCode(0), "");
+}
+
 // A global pool whose destructor stops its workers and polls, with
 // goro::SleepFor, until they have: a plain thread's sleep in goro during
 // exit ends the freeze, as its park does. The destructor spins between its
