@@ -1680,7 +1680,12 @@ bool TryAcquireIdleP(M* m) {
 void Park(WaitReason reason, bool (*commit)(G*, void*), void* arg) {
   M* m = CurrentM();
   if (m == nullptr || m->curg == nullptr) {
-    if (m != nullptr) Fatal("Park called on g0");
+    // Runtime code never parks on g0: a signal handler of the program's
+    // that interrupted a runtime thread between goroutines does.
+    if (m != nullptr) {
+      Fatal("a goro wait on one of the runtime's threads outside any goroutine: in a signal handler? "
+            "(block the signal before the runtime starts and take it with sigwait on a thread of your own)");
+    }
     G* g = ExternalG();
     g->note.Clear();
     g->wait_reason = reason;
