@@ -1,5 +1,6 @@
 #include "core/fatal.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/syscall.h>
@@ -26,10 +27,25 @@ void WriteStderr(absl::string_view msg) {
 
 namespace {
 
-// The thread that is reporting a fatal error. Another one that fails
-// meanwhile prints its line and waits, so that the first report is not cut
-// short by its abort; a fatal error inside the report aborts at once.
+// The thread that is reporting a fatal error, set before its line is
+// written. Another one that fails meanwhile prints its line and waits, so
+// that the first report is not cut short by its abort; a fatal error inside
+// the report aborts at once. An exit() begun meanwhile waits too
+// (AwaitFatalReportAtExit).
 std::atomic<pid_t> fatal_tid{0};
+
+// How long a thread waits for another's report to end in its abort: the
+// report may itself hang (a lock held by the thread that failed).
+constexpr time_t kReportWaitSeconds = 5;
+
+// Sleeps up to kReportWaitSeconds, the other thread's abort ending the
+// process meanwhile, as a rule; signals that interrupt the sleep do not
+// shorten it.
+void WaitForOtherReport() {
+  struct timespec wait = {kReportWaitSeconds, 0};
+  while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {
+  }
+}
 
 enum class Trace { kCaller, kSignal, kAll };
 
@@ -43,6 +59,11 @@ enum class Trace { kCaller, kSignal, kAll };
                   {const_cast<char*>(a.data()), a.size()},
                   {const_cast<char*>(b.data()), b.size()},
                   {const_cast<char*>("\n"), 1}};
+  // Claimed before the line is written: an exit() that could see the line
+  // sees the claim, and waits for this report.
+  pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
+  pid_t first = 0;
+  const bool reporter = fatal_tid.compare_exchange_strong(first, self);
   ssize_t want = static_cast<ssize_t>(iov[0].iov_len + a.size() + b.size() + 1);
   if (::writev(STDERR_FILENO, iov, 4) != want) {  // short or failed: try piecewise
     WriteStderr(absl::string_view(kPrefix, sizeof kPrefix - 1));
@@ -50,9 +71,7 @@ enum class Trace { kCaller, kSignal, kAll };
     WriteStderr(b);
     WriteStderr("\n");
   }
-  pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
-  pid_t first = 0;
-  if (fatal_tid.compare_exchange_strong(first, self)) {
+  if (reporter) {
     if (trace == Trace::kAll) {
       WriteStderr("\n");
       DumpGoroutinesToFd(STDERR_FILENO);
@@ -60,14 +79,30 @@ enum class Trace { kCaller, kSignal, kAll };
       WriteTraceback(trace == Trace::kSignal ? uctx : nullptr, signal_g);
     }
   } else if (first != self) {
-    struct timespec wait = {5, 0};  // bounded: the first report may itself hang
-    nanosleep(&wait, nullptr);
+    WaitForOtherReport();
   }
   signal(SIGABRT, SIG_DFL);
   std::abort();
 }
 
+// Registered with atexit before any default-priority static constructor of
+// this image has run (and so before the program's, when goro is a shared
+// library), it is one of the last things exit() runs before _exit: a report
+// that began during the handlers and destructors that exit() ran first ends
+// in its abort here, not in exit's status.
+__attribute__((constructor(101))) void RegisterFatalReportWaitAtExit() {
+  std::atexit(AwaitFatalReportAtExit);
+}
+
 }  // namespace
+
+void AwaitFatalReportAtExit() {
+  pid_t reporter = fatal_tid.load(std::memory_order_acquire);
+  if (reporter == 0 || reporter == static_cast<pid_t>(::syscall(SYS_gettid))) return;
+  WaitForOtherReport();
+  signal(SIGABRT, SIG_DFL);
+  std::abort();
+}
 
 void Fatal(absl::string_view msg) { Die(msg, "", Trace::kCaller, nullptr); }
 void FatalDumpAll(absl::string_view msg) { Die(msg, "", Trace::kAll, nullptr); }

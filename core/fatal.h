@@ -29,6 +29,15 @@ struct G;
 // Like Fatal, with the message formatted by snprintf into a fixed buffer (so
 // that it can report an allocation that failed); longer messages are cut.
 [[noreturn]] void FatalF(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Called first by each of the runtime's exit hooks (atexit handlers, and
+// one registered before the program's static constructors run, so that it
+// runs late in exit()): if another thread is reporting a fatal error, waits
+// for that report's abort, as long as a second fatal error would (5 s), and
+// then aborts itself. A process whose fatal error overlaps exit() so ends by
+// SIGABRT, never with exit's status (in Go, main does not return while
+// another goroutine panics). On the reporting thread itself (exit() called
+// from the report): returns at once.
+void AwaitFatalReportAtExit();
 // Writes `msg` to stderr with one write(2); async-signal-safe.
 void WriteStderr(absl::string_view msg);
 

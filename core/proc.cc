@@ -113,6 +113,10 @@
 // makes exit() hang: it also ends when the thread running exit() has waited
 // for about 100 ms, whatever for (a std::mutex a frozen goroutine holds, a
 // join), which sysmon watches for (WatchExitingThread in core/sysmon.cc).
+// An exit() that overlaps a fatal error's report on another thread waits for
+// the report's abort (AwaitFatalReportAtExit in core/fatal.cc, first in each
+// of the runtime's exit hooks), so that a fatal error always ends the
+// process by SIGABRT, as one always ends a Go program with status 2.
 // See docs/scheduler.md.
 //
 // Choices and their reasons
@@ -2165,8 +2169,13 @@ void StopGoroutinesAtExit() {
 // (made no CPU progress, asleep in the kernel) for about 100 ms, which
 // sysmon watches for (WatchExitingThread in core/sysmon.cc): then all run
 // again, as before exit (ThawAfterExitFreeze). The freeze never makes exit()
-// wait for good for a goroutine it froze.
+// wait for good for a goroutine it froze. While another thread reports a
+// fatal error it freezes nothing: it waits for that report's abort
+// (AwaitFatalReportAtExit).
 void FreezeAtExit() {
+  // A fatal error being reported on another thread ends the process by its
+  // abort: nothing is frozen or destroyed under its report.
+  AwaitFatalReportAtExit();
   G* self = CurrentGoroutine();
   // A child of fork() that calls exit() has none of the runtime's threads.
   const bool live = sched.started.load(std::memory_order_acquire) && !in_forked_child;

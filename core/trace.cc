@@ -805,6 +805,7 @@ void StartFromEnvironment() {
     return;
   }
   std::atexit([] {
+    AwaitFatalReportAtExit();  // registered after FreezeAtExit: runs before it
     // A child forked without exec that calls exit() (after a failed exec,
     // say) shares the file's descriptor and offset: its closing records
     // went into the parent's trace, after which that was no longer JSON.

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -715,6 +716,55 @@ TEST(FatalTest, CloseOfClosedChannelOnAPlainThread) {
         c.Close();
       },
       "close of closed channel");
+}
+
+// A fatal error that overlaps exit(): main calls exit(0) as soon as a plain
+// thread's fatal line is out, while that thread still writes its backtrace.
+// The process must end by the report's abort, as a Go program that throws
+// ends with status 2 whatever main does meanwhile. Fails if exit() does not
+// wait for the report: the child then exits with status 0 (it did, in most
+// tries, while exit's hooks ignored a report under way).
+TEST(FatalTest, AFatalErrorOverlappingExitEndsTheProcessByItsAbort) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    EXPECT_EXIT(
+        {
+          goro::Run([] {}, goro_test::TestOptions());  // exit() then runs the runtime's hooks
+          // stderr through a pipe that a thread copies to the real one,
+          // telling main when the fatal line has been written.
+          static std::atomic<bool> line_seen{false};
+          int real_stderr = dup(STDERR_FILENO);
+          int fds[2];
+          if (real_stderr < 0 || pipe(fds) != 0 || dup2(fds[1], STDERR_FILENO) < 0) _exit(3);
+          close(fds[1]);
+          std::thread([real_stderr, in = fds[0]] {
+            std::string text;
+            char buf[4096];
+            ssize_t n;
+            while ((n = read(in, buf, sizeof buf)) > 0) {
+              ssize_t unused = write(real_stderr, buf, static_cast<size_t>(n));
+              (void)unused;
+              text.append(buf, static_cast<size_t>(n));
+              if (text.find("fatal error: ") != std::string::npos) line_seen.store(true);
+            }
+          }).detach();
+          std::thread([] {
+            goro::Chan<int> c;
+            c.Close();
+            c.Close();
+          }).detach();
+          const absl::Time deadline = absl::Now() + absl::Seconds(30);
+          while (!line_seen.load()) {
+            if (absl::Now() > deadline) {
+              dprintf(real_stderr, "no fatal line within 30 s\n");
+              _exit(4);
+            }
+            sched_yield();
+          }
+          exit(0);
+        },
+        // No pattern: a report that ends before the copy loses its text.
+        [](int status) { return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT; }, "");
+  }
 }
 
 }  // namespace
