@@ -2401,7 +2401,9 @@ void Checkpoint() {
     if (g->preempt_off.load(std::memory_order_relaxed) == 0) internal::PreemptCooperative();
     return;
   }
-  internal::FatalG("stack overflow");
+  // An overflow only on the goroutine's own stack or in its guard: a signal
+  // handler may call this on an alternate signal stack, anywhere in memory.
+  if (sp >= g->stack.lo - internal::kStackGuardSize && sp < g->stack.hi) internal::FatalG("stack overflow");
 }
 
 void LockOSThread() {

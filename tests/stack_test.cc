@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdint>
@@ -308,6 +309,55 @@ TEST(StackTest, OverflowBySignalFrameIsReported) {
         goro::Run([] { RecurseRaisingUsr1(0); }, goro_test::TestOptions());
       },
       ::testing::KilledBySignal(SIGABRT), "goroutine [0-9]+: stack overflow");
+}
+
+// Checkpoint() in a signal handler on an alternate signal stack that the
+// goroutine set itself, in .bss: far below the goroutine's stack, so the
+// handler's stack pointer is below stackguard0 without any overflow. Fails
+// (killed by SIGABRT, "goroutine N: stack overflow") if Checkpoint judges
+// the stack pointer without asking whether it is on the goroutine's stack.
+alignas(64) char g_own_altstack[256 * 1024];
+std::atomic<int> g_altstack_handled{0};
+std::atomic<bool> g_handler_on_altstack{false};
+void CheckpointOnAltStack(int) {
+  char probe = 0;
+  auto at = reinterpret_cast<uintptr_t>(&probe);
+  auto lo = reinterpret_cast<uintptr_t>(g_own_altstack);
+  g_handler_on_altstack.store(at >= lo && at < lo + sizeof g_own_altstack);
+  goro::Checkpoint();
+  g_altstack_handled.fetch_add(1);
+}
+
+TEST(StackTest, CheckpointOnAGoroutinesOwnAltStackIsNoOverflow) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: it runs the program's handlers later, from its own frames, "
+                    "not on the alternate stack";
+  }
+  EXPECT_EXIT(
+      {
+        goro_test::Watchdog dog(absl::Seconds(30));
+        struct sigaction sa {};
+        sa.sa_handler = CheckpointOnAltStack;
+        sa.sa_flags = SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, nullptr);
+        goro::Run(
+            [] {
+              stack_t ss{};
+              ss.ss_sp = g_own_altstack;
+              ss.ss_size = sizeof g_own_altstack;
+              CHILD_CHECK(sigaltstack(&ss, nullptr) == 0, "sigaltstack: %s", strerror(errno));
+              raise(SIGUSR1);
+              ss.ss_flags = SS_DISABLE;
+              sigaltstack(&ss, nullptr);
+            },
+            goro_test::TestOptions());
+        CHILD_CHECK(g_altstack_handled.load() == 1, "the handler ran %d times", g_altstack_handled.load());
+        CHILD_CHECK(g_handler_on_altstack.load(), "the handler did not run on the goroutine's alternate stack");
+        fflush(stderr);
+        _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------
