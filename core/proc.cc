@@ -161,6 +161,7 @@
 //   never block or switch while holding one. sched.mu, which every P takes
 //   for the global queue, spins and then sleeps on a futex (RuntimeMutex).
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -183,6 +184,7 @@
 #include <utility>
 
 #include <cxxabi.h>
+#include <unwind.h>
 #include <linux/membarrier.h>
 
 #include "absl/strings/str_cat.h"
@@ -1503,17 +1505,65 @@ void OnResumeG() {
 
 std::terminate_handler previous_terminate = nullptr;
 
+// Whether the return address `pc` lies in `fn`, known by its address or by
+// its name in the dynamic symbol table (the address a non-PIE executable
+// takes of a shared library's function is its PLT stub's).
+bool ReturnsInto(uintptr_t pc, void* fn, const char* mangled) {
+  void* start = _Unwind_FindEnclosingFunction(reinterpret_cast<void*>(pc - 1));
+  if (start == nullptr) return false;
+  if (start == fn) return true;
+  Dl_info info;
+  return dladdr(reinterpret_cast<void*>(pc - 1), &info) != 0 && info.dli_saddr == start &&
+         info.dli_sname != nullptr && strcmp(info.dli_sname, mangled) == 0;
+}
+
+// Whether std::terminate was called by a throw or rethrow that found no
+// handler: an exception escaping. std::current_exception() cannot tell (nor
+// can std::uncaught_exceptions(), 0 in both cases): inside a catch block it
+// is the exception being handled, whatever called std::terminate there (a
+// joinable std::thread destroyed, say). libstdc++'s __cxa_throw and
+// __cxa_rethrow call std::terminate themselves when unwinding finds no
+// handler, so the frame that called std::terminate says which. When
+// std::terminate is not found (an exception leaving a noexcept function
+// takes another way in), the exception escaped too.
+bool TerminateIsAnEscape() {
+  struct Walk {
+    bool after_terminate = false;
+    bool escape = true;
+  } walk;
+  _Unwind_Backtrace(
+      [](_Unwind_Context* ctx, void* arg) -> _Unwind_Reason_Code {
+        auto* w = static_cast<Walk*>(arg);
+        uintptr_t pc = _Unwind_GetIP(ctx);
+        if (pc == 0) return _URC_END_OF_STACK;
+        if (w->after_terminate) {  // std::terminate's caller
+          w->escape = ReturnsInto(pc, reinterpret_cast<void*>(&abi::__cxa_throw), "__cxa_throw") ||
+                      ReturnsInto(pc, reinterpret_cast<void*>(&abi::__cxa_rethrow), "__cxa_rethrow");
+          return _URC_END_OF_STACK;
+        }
+        w->after_terminate = ReturnsInto(pc, reinterpret_cast<void*>(&std::terminate), "_ZSt9terminatev");
+        return _URC_NO_REASON;
+      },
+      &walk);
+  return walk.escape;
+}
+
 // std::terminate on a goroutine with an exception in flight: an exception
-// escaped it. Anything else is the program's business.
+// escaped it, or the program ended itself while handling one. Anything else
+// is the program's business.
 [[noreturn]] void OnTerminate() {
   if (CurrentGoroutine() != nullptr && std::current_exception() != nullptr) {
+    const bool escape = TerminateIsAnEscape();
     std::string what;
     try {
       throw;
     } catch (const std::exception& e) {
-      what = absl::StrCat("uncaught exception: ", e.what());
+      what = escape ? absl::StrCat("uncaught exception: ", e.what())
+                    : absl::StrCat("std::terminate called while handling exception: ", e.what());
     } catch (...) {
-      what = "uncaught exception of a type not derived from std::exception";
+      what = escape ? "uncaught exception of a type not derived from std::exception"
+                    : "std::terminate called while handling an exception of a type not derived from "
+                      "std::exception";
     }
     FatalG(what);
   }

@@ -315,6 +315,30 @@ TEST(FatalTest, NonStdExceptionEscapingAGoroutine) {
   EXPECT_DEATH(RunInChild([] { throw 42; }), "goroutine [0-9]+: uncaught exception");
 }
 
+// std::terminate inside a catch block, for another reason than an escape
+// (here a joinable std::thread destroyed): std::current_exception() is the
+// exception being handled, which escaped nothing. Fails if the report says
+// "uncaught exception: caught", as it did while any current exception was
+// taken for an escape. A rethrow that escapes is still an uncaught exception.
+TEST(FatalTest, TerminateInsideACatchBlockIsNotAnUncaughtException) {
+  EXPECT_DEATH(RunInChild([] {
+                 try {
+                   throw std::runtime_error("caught");
+                 } catch (...) {
+                   std::thread t([] {});  // joinable when destroyed: std::terminate
+                 }
+               }),
+               "goroutine [0-9]+: std::terminate called while handling exception: caught\n");
+  EXPECT_DEATH(RunInChild([] {
+                 try {
+                   throw std::runtime_error("rethrown");
+                 } catch (...) {
+                   throw;
+                 }
+               }),
+               "goroutine [0-9]+: uncaught exception: rethrown");
+}
+
 // pthread_exit, or pthread_cancel acting at a cancellation point, unwinds
 // the goroutine: its destructors run (the line they print must come before
 // the fatal one), and the unwind reaches the end of the goroutine's stack.
