@@ -5,7 +5,10 @@
 // record of the waiting goroutine (core/wait_record.h), that says where its
 // element is. When a sender finds a waiting receiver it moves its value
 // straight into the receiver's std::optional, and vice versa, so an
-// unbuffered hand-off copies once.
+// unbuffered hand-off copies once. A Select's receive case is the exception:
+// its target may hold a value, whose destructor is user code that must not
+// run under a channel lock, so it receives into raw storage of the Select's
+// and the selecting goroutine moves the value on once it holds no lock.
 //
 // A channel lives while anything refers to it, as in Go, where a waiter's
 // stack keeps the channel it waits on alive. Each Chan handle holds a
@@ -44,13 +47,14 @@ namespace {
 
 struct Sudog {
   G* g = nullptr;
-  void* elem = nullptr;  // sender: T*; receiver: std::optional<T>*
+  void* elem = nullptr;  // sender: T*; receiver: std::optional<T>*, or raw storage if into_raw
   Sudog* next = nullptr;
   Sudog* prev = nullptr;
   ChanCore* chan = nullptr;
   int case_index = -1;  // select: which case; -1: a plain send/recv
   bool queued = false;
   bool success = false;  // false when woken by Close
+  bool into_raw = false;  // a Select's receiver: elem is room for a T, constructed by the sender
 };
 
 class WaitQueue {
@@ -145,7 +149,11 @@ namespace {
 
 // The lock is held; a waiting receiver exists: hand *elem to it directly.
 void SendToWaiter(ChanCore* c, Sudog* r, void* elem) {
-  c->ops_->to_opt(r->elem, elem);
+  if (r->into_raw) {
+    c->ops_->to_raw(r->elem, elem);
+  } else {
+    c->ops_->to_opt(r->elem, elem);
+  }
   r->success = true;
   r->g->param = r;
 }
@@ -169,16 +177,27 @@ bool TrySendLocked(ChanCore* c, void* elem, G** to_ready) {
 }
 
 // The lock is held: completes a receive into *out if one can complete now
-// (a waiting sender, a buffered value, or closed). Sets *received.
+// (a waiting sender, a buffered value, or closed). Sets *received. `out` is
+// an empty std::optional<T>, which closed leaves empty, or if kIntoRaw room
+// for a T, which closed leaves unconstructed: nothing of the caller's is
+// destroyed here. (A template, so that Recv's path tests nothing more.)
+template <bool kIntoRaw>
 bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
+  auto take = [c, out](void* src) {
+    if constexpr (kIntoRaw) {
+      c->ops_->to_raw(out, src);
+    } else {
+      c->ops_->to_opt(out, src);
+    }
+  };
   if (Sudog* s = c->sendq.Pop()) {
     if (c->cap_ == 0) {
-      c->ops_->to_opt(out, s->elem);
+      take(s->elem);
     } else {
       // The buffer is full: take its head and put the sender's value at the
       // tail, which is the same slot.
       void* slot = c->Slot(c->recvx_);
-      c->ops_->to_opt(out, slot);
+      take(slot);
       c->ops_->destroy(slot);
       c->ops_->to_raw(slot, s->elem);
       c->recvx_ = (c->recvx_ + 1) % c->cap_;
@@ -192,7 +211,7 @@ bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
   }
   if (size_t count = c->count_.load(std::memory_order_relaxed); count > 0) {
     void* slot = c->Slot(c->recvx_);
-    c->ops_->to_opt(out, slot);
+    take(slot);
     c->ops_->destroy(slot);
     c->recvx_ = (c->recvx_ + 1) % c->cap_;
     c->count_.store(count - 1, std::memory_order_relaxed);
@@ -200,7 +219,7 @@ bool TryRecvLocked(ChanCore* c, void* out, bool* received, G** to_ready) {
     return true;
   }
   if (c->closed_) {
-    c->ops_->reset_opt(out);
+    if constexpr (!kIntoRaw) c->ops_->reset_opt(out);
     *received = false;
     return true;
   }
@@ -283,7 +302,7 @@ void ChanRecv(ChanCore* c, void* out) {
   c->lock.Lock();
   bool received = false;
   G* to_ready = nullptr;
-  if (TryRecvLocked(c, out, &received, &to_ready)) {
+  if (TryRecvLocked</*kIntoRaw=*/false>(c, out, &received, &to_ready)) {
     c->lock.Unlock();
     if (to_ready != nullptr) Ready(to_ready);
     return;
@@ -315,7 +334,9 @@ void ChanClose(ChanCore* c) {
     wake = s->g;
   };
   while (Sudog* s = c->recvq.Pop()) {
-    c->ops_->reset_opt(s->elem);  // a receiver's optional: closed, no value
+    // A receiver's empty optional: closed, no value. A Select's receiver
+    // has raw storage, left unconstructed, and resets its own target.
+    if (!s->into_raw) c->ops_->reset_opt(s->elem);
     collect(s);
   }
   while (Sudog* s = c->sendq.Pop()) collect(s);
@@ -344,6 +365,46 @@ bool UnlockAll(G*, void* arg) {
   auto* a = static_cast<SelectPark*>(arg);
   for (int i = a->nlocked - 1; i >= 0; --i) a->locked[i]->lock.Unlock();
   return true;
+}
+
+// Where a Select's receive cases receive, with the channel locks held: room
+// for one element of the largest of their types (one case wins, so they
+// share it), inline if it fits, else allocated before any lock is taken.
+class RecvScratch {
+ public:
+  RecvScratch(size_t size, size_t align) {
+    if (size > sizeof(inline_) || align > alignof(std::max_align_t)) {
+      align_ = align;
+      p_ = ::operator new(size, std::align_val_t(align));
+    }
+  }
+  ~RecvScratch() {
+    if (p_ != inline_) ::operator delete(p_, std::align_val_t(align_));
+  }
+  RecvScratch(const RecvScratch&) = delete;
+  RecvScratch& operator=(const RecvScratch&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  alignas(std::max_align_t) unsigned char inline_[64];
+  size_t align_ = 0;
+  void* p_ = inline_;
+};
+
+// Gives the chosen receive case's target what the case received into
+// scratch: the value (then destroyed in scratch), or nullopt if the channel
+// was closed. Called by the selecting goroutine with no channel lock held,
+// since assigning *out destroys its old value, which may be anything (the
+// last handle to a channel of this Select, a token that sends itself back).
+// `ops` was read while the channel was known to live: that destruction may
+// free it.
+void AssignRecvTarget(const ElemOps* ops, void* out, void* scratch, bool received) {
+  if (received) {
+    ops->to_opt(out, scratch);
+    ops->destroy(scratch);
+  } else {
+    ops->reset_opt(out);
+  }
 }
 
 }  // namespace
@@ -416,6 +477,17 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     local = local_heap.get();
   }
 
+  // Receive cases receive into scratch, found before the locks are taken.
+  size_t scratch_size = 0;
+  size_t scratch_align = 1;
+  for (int k = 0; k < npoll; ++k) {
+    const SelectCaseRep& r = cases[order[k]];
+    if (r.dir != CaseDir::kRecv) continue;
+    scratch_size = std::max(scratch_size, r.chan->ops_->size);
+    scratch_align = std::max(scratch_align, r.chan->ops_->align);
+  }
+  RecvScratch scratch(scratch_size, scratch_align);
+
   // Pass 1: is any case ready now?
   lock_all();
   for (int k = 0; k < npoll; ++k) {
@@ -423,6 +495,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     ChanCore* c = cases[i].chan;
     G* to_ready = nullptr;
     bool done;
+    bool received = false;
     if (cases[i].dir == CaseDir::kSend) {
       if (c->closed_) {
         UnlockAll(nullptr, &park);
@@ -430,12 +503,13 @@ int SelectImpl(SelectCaseRep* cases, int n) {
       }
       done = TrySendLocked(c, cases[i].elem, &to_ready);
     } else {
-      bool received;
-      done = TryRecvLocked(c, cases[i].elem, &received, &to_ready);
+      done = TryRecvLocked</*kIntoRaw=*/true>(c, scratch.get(), &received, &to_ready);
     }
     if (done) {
+      const ElemOps* ops = c->ops_;
       UnlockAll(nullptr, &park);
       if (to_ready != nullptr) Ready(to_ready);
+      if (cases[i].dir == CaseDir::kRecv) AssignRecvTarget(ops, cases[i].elem, scratch.get(), received);
       return i;
     }
   }
@@ -456,12 +530,14 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     int i = order[k];
     Sudog* s = sudogs[k] = record_p != nullptr ? new (WaitRecordAlloc(record_p)) Sudog{} : &(local[k] = Sudog{});
     s->g = g;
-    s->elem = cases[i].elem;
     s->chan = cases[i].chan;
     s->case_index = i;
     if (cases[i].dir == CaseDir::kSend) {
+      s->elem = cases[i].elem;
       s->chan->sendq.Push(s);
     } else {
+      s->elem = scratch.get();
+      s->into_raw = true;
       s->chan->recvq.Push(s);
     }
   }
@@ -470,6 +546,10 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   // Pass 3: the winner was dequeued by its channel; dequeue the others.
   auto* winner = static_cast<Sudog*>(g->param);
   g->param = nullptr;
+  if (winner == nullptr) Fatal("select: woken without a winning case");
+  const int won = winner->case_index;
+  const bool success = winner->success;
+  const ElemOps* won_ops = winner->chan->ops_;  // this Select's reference keeps the channel here
   lock_all();
   for (int k = 0; k < npoll; ++k) {
     Sudog* s = sudogs[k];
@@ -482,16 +562,17 @@ int SelectImpl(SelectCaseRep* cases, int n) {
   }
   UnlockAll(nullptr, &park);
   for (int k = 0; k < nlocks; ++k) ChanUnref(locks[k]);
-  if (winner == nullptr) Fatal("select: woken without a winning case");
-  const int won = winner->case_index;
-  const bool send_failed = cases[won].dir == CaseDir::kSend && !winner->success;
   if (record_p != nullptr) {
     for (int k = 0; k < npoll; ++k) {
       sudogs[k]->~Sudog();
       WaitRecordFree(sudogs[k]);
     }
   }
-  if (send_failed) FatalG("send on closed channel");
+  if (cases[won].dir == CaseDir::kRecv) {
+    AssignRecvTarget(won_ops, cases[won].elem, scratch.get(), success);
+  } else if (!success) {
+    FatalG("send on closed channel");
+  }
   return won;
 }
 

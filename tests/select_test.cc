@@ -433,6 +433,139 @@ TEST(SelectTest, RecvCaseWritesItsTargetOnlyWhenChosen) {
   });
 }
 
+// Go's `case cur = <-sw:` beside `case x := <-cur:`, which is
+// Select(OnRecv(*cur, &x), OnRecv(sw, &cur)): when the switch wins, the old
+// value of `cur`, the last handle to a channel this Select has locked, goes.
+// Fails if the target is assigned with the channel locks held (the watchdog
+// ends the test): the old handle's release waits for ever for the lock of
+// its channel, which the Select holds.
+TEST(SelectTest, RecvCaseMayReplaceTheLastHandleOfAnotherCasesChannel) {
+  RunBounded([] {
+    goro::Chan<goro::Chan<int>> sw(1);
+    std::optional<goro::Chan<int>> cur = goro::Chan<int>(1);
+    for (int i = 0; i < 3; ++i) {
+      sw.Send(goro::Chan<int>(1));
+      std::optional<int> x;
+      EXPECT_EQ(goro::Select(goro::OnRecv(*cur, &x), goro::OnRecv(sw, &cur)), 1);
+      ASSERT_TRUE(cur.has_value());
+      cur->Send(i);  // the new channel works
+      EXPECT_EQ(cur->Recv(), std::optional<int>(i));
+    }
+  });
+}
+
+// A token that goes back to its pool when it is destroyed (RAII).
+struct PoolToken {
+  PoolToken(goro::Chan<PoolToken>* pool, int id) : pool(pool), id(id) {}
+  PoolToken(PoolToken&& o) noexcept : pool(std::exchange(o.pool, nullptr)), id(o.id) {}
+  ~PoolToken() {
+    if (pool != nullptr) pool->Send(PoolToken(pool, id));
+  }
+  goro::Chan<PoolToken>* pool;  // nullptr: moved from, or not to go back
+  int id;
+};
+
+// A Select that takes a token into the same target each round: assigning
+// the target destroys the previous token, which sends itself back on the
+// channel the Select received from. Fails if the target is assigned with the
+// channel's lock held (the watchdog ends the test): that Send waits for ever
+// for the lock its own Select holds.
+TEST(SelectTest, RecvCaseTargetOldValueMayUseTheChannel) {
+  RunBounded([] {
+    goro::Chan<PoolToken> pool(2);
+    pool.Send(PoolToken(&pool, 1));
+    pool.Send(PoolToken(&pool, 2));
+    goro::Chan<int> quit;
+    std::optional<PoolToken> token;
+    for (int i = 0; i < 4; ++i) {
+      std::optional<int> q;
+      EXPECT_EQ(goro::Select(goro::OnRecv(pool, &token), goro::OnRecv(quit, &q)), 0);
+      ASSERT_TRUE(token.has_value());
+      EXPECT_EQ(pool.size(), 1u) << "the previous token did not go back";
+    }
+    token->pool = nullptr;
+    pool.Close();
+    for (PoolToken& t : pool) t.pool = nullptr;
+  });
+}
+
+// An element too large or too aligned for the Select's inline scratch
+// storage is received through an allocated one, at once and when parked.
+TEST(SelectTest, RecvCaseOfALargeOverAlignedElement) {
+  struct alignas(64) Wide {
+    char bytes[200];
+    int v;
+  };
+  RunBounded([] {
+    goro::Chan<Wide> wide(1);
+    goro::Chan<int> narrow;
+    Wide w{};
+    w.v = 1;
+    wide.Send(w);
+    std::optional<Wide> got;
+    std::optional<int> n;
+    EXPECT_EQ(goro::Select(goro::OnRecv(narrow, &n), goro::OnRecv(wide, &got)), 1);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->v, 1);
+    goro::Go([wide]() mutable {
+      Wide w2{};
+      w2.v = 2;
+      wide.Send(w2);
+    });
+    EXPECT_EQ(goro::Select(goro::OnRecv(narrow, &n), goro::OnRecv(wide, &got)), 1);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->v, 2);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(&*got) % 64, 0u);
+  });
+}
+
+// Records the goroutine that destroys it (0 for a plain thread), unless it
+// was moved from.
+struct DestroyedBy {
+  explicit DestroyedBy(std::atomic<int64_t>* by) : by(by) {}
+  DestroyedBy(DestroyedBy&& o) noexcept : by(std::exchange(o.by, nullptr)) {}
+  ~DestroyedBy() {
+    if (by != nullptr) by->store(goro::GoroutineId());
+  }
+  std::atomic<int64_t>* by;
+};
+
+// A parked Select's receive case completed by another goroutine's Send, or
+// by its Close: the target's old value is destroyed by the selecting
+// goroutine when it wakes, as Go assigns `case v = <-c:` there. Fails if the
+// sender or closer assigns the target (it did, under the channel's lock).
+TEST(SelectTest, RecvCaseTargetOldValueIsDestroyedByTheSelectingGoroutine) {
+  RunBounded([] {
+    for (bool close : {false, true}) {
+      goro::Chan<DestroyedBy> c;
+      goro::Chan<int> quit;
+      std::atomic<int64_t> id{0};
+      std::atomic<int64_t> destroyed_by{-1};
+      goro::WaitGroup wg;
+      wg.Add(1);
+      goro::Go([&] {
+        std::optional<DestroyedBy> target;
+        target.emplace(&destroyed_by);
+        std::optional<int> q;
+        id = goro::GoroutineId();
+        EXPECT_EQ(goro::Select(goro::OnRecv(c, &target), goro::OnRecv(quit, &q)), 0);
+        EXPECT_EQ(target.has_value(), !close);
+        wg.Done();
+      });
+      ASSERT_TRUE(Eventually([&] { return id != 0 && ParkedInSelect(id); }));
+      if (close) {
+        c.Close();
+      } else {
+        c.Send(DestroyedBy(nullptr));
+      }
+      wg.Wait();
+      EXPECT_EQ(destroyed_by.load(), id.load())
+          << (close ? "Close" : "Send") << " destroyed the parked Select's old value (goroutine "
+          << goro::GoroutineId() << " is the " << (close ? "closer" : "sender") << ")";
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Fairness: among ready cases the choice is uniformly random.
 

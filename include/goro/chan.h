@@ -15,7 +15,10 @@
 // lock held, where an exception could not be recovered from: a move that
 // throws (std::deque's may, when memory runs out) is a fatal error, reported
 // as an uncaught exception naming the goroutine. Send a std::unique_ptr<T>
-// if that matters.
+// if that matters. Under the lock it also destroys the moved-from elements
+// of its buffer, and nothing else of its users': a value a receive replaces
+// (OnRecv's target) is destroyed by the receiving goroutine or thread, with
+// no channel lock held.
 #ifndef GORO_CHAN_H_
 #define GORO_CHAN_H_
 
@@ -34,7 +37,10 @@ namespace internal {
 // How the type-erased channel core moves elements of one type. The core calls
 // them with the channel's lock held, so they are noexcept: a T whose move
 // throws ends the program there (std::terminate, reported as an uncaught
-// exception) rather than leave the lock held and a waiter asleep.
+// exception) rather than leave the lock held and a waiter asleep. Under a
+// lock, to_opt and reset_opt only ever see an empty optional (Recv's own);
+// Select assigns a receive case's target, which may hold a value, with them
+// after it has released every lock.
 struct ElemOps {
   void (*to_raw)(void* raw, void* src);  // move-construct a T at raw from *src
   void (*to_opt)(void* opt, void* src);  // emplace *src into a std::optional<T>
@@ -245,6 +251,14 @@ SelectCase OnSend(Chan<T>&& c, T* v) {
 }
 // Receives into `*out` if this case is chosen: a value, or nullopt if `c` is
 // closed and drained. If another case is chosen, `*out` is left alone.
+// `*out` may hold a value, as in Go's `case cur = <-c:`. The case receives
+// into storage of the Select's (the value moves there under the channel's
+// lock), and the goroutine or thread that called Select assigns `*out` after
+// it has released every channel lock, just before Select returns; so the old
+// value is destroyed there, never under a channel lock nor on the thread of
+// the sender or closer that completed the case. Its destructor may use
+// channels, this one included, and may drop the last handle to a channel of
+// the same Select.
 template <typename T>
 SelectCase OnRecv(Chan<T>& c, std::optional<T>* out) {
   return SelectCase({c.core(), internal::CaseDir::kRecv, out});
