@@ -275,7 +275,7 @@ inline SelectCase OnDefault() { return SelectCase({nullptr, internal::CaseDir::k
 // argument order). With an OnDefault case it never blocks; more than one
 // OnDefault is a fatal error naming the goroutine (Go's compiler rejects it).
 // A Select with no cases, or only nil channels and no default, blocks
-// forever.
+// forever. More than 1024 cases is a fatal error (Go allows 65536).
 template <typename... Cases>
 int Select(const Cases&... cases) {
   internal::SelectCaseRep reps[] = {cases.rep..., {nullptr, internal::CaseDir::kDefault, nullptr}};
