@@ -201,13 +201,14 @@ class OpsTurn {
   OpsTurn(const OpsTurn&) = delete;
   OpsTurn& operator=(const OpsTurn&) = delete;
   ~OpsTurn() {
-    if (pd_ != nullptr) pd_->ReleaseOps(dir_);
+    if (pd_ != nullptr) pd_->ReleaseOps(dir_, seq_);
   }
   absl::Status Take(PollDesc* pd, int fd, uint64_t seq, PollDesc::OpDir dir, int64_t deadline_ns) {
     switch (pd->AcquireOps(dir, seq, deadline_ns)) {
       case PollDesc::OpTurn::kMine:
         pd_ = pd;
         dir_ = dir;
+        seq_ = seq;
         return absl::OkStatus();
       case PollDesc::OpTurn::kDeadline:
         return DeadlineError(fd);
@@ -220,6 +221,7 @@ class OpsTurn {
  private:
   PollDesc* pd_ = nullptr;
   PollDesc::OpDir dir_ = PollDesc::kReadOps;
+  uint64_t seq_ = 0;  // the file's: a turn belongs to one file (PollDesc::OpQueue)
 };
 
 // For a blocking standard stream, which the poller does not watch: waits in

@@ -361,8 +361,8 @@ PollDesc::OpWaiter* PopOpWaiter(PollDesc::OpQueue& q) {
 
 PollDesc::OpTurn PollDesc::AcquireOps(OpDir dir, uint64_t file_seq, int64_t deadline_ns) {
   OpQueue& q = ops[dir];
-  uint32_t s = 0;
-  if (q.state.compare_exchange_strong(s, 1, std::memory_order_acquire)) return OpTurn::kMine;
+  uint64_t s = TurnState(file_seq, 0);
+  if (q.state.compare_exchange_strong(s, TurnState(file_seq, 1), std::memory_order_acquire)) return OpTurn::kMine;
   lock.Lock();
   for (;;) {
     if (seq != file_seq) {
@@ -370,12 +370,13 @@ PollDesc::OpTurn PollDesc::AcquireOps(OpDir dir, uint64_t file_seq, int64_t dead
       return OpTurn::kClosed;
     }
     s = q.state.load(std::memory_order_relaxed);
-    if (s == 0) {
-      if (q.state.compare_exchange_weak(s, 1, std::memory_order_acquire)) {
+    if (s == TurnState(seq, 0)) {
+      if (q.state.compare_exchange_weak(s, TurnState(seq, 1), std::memory_order_acquire)) {
         lock.Unlock();
         return OpTurn::kMine;
       }
-    } else if (s == 2 || q.state.compare_exchange_weak(s, 2, std::memory_order_relaxed)) {
+    } else if (s == TurnState(seq, 2) ||
+               q.state.compare_exchange_weak(s, TurnState(seq, 2), std::memory_order_relaxed)) {
       break;  // taken, and ReleaseOps will look in the queue
     }
   }
@@ -414,19 +415,22 @@ PollDesc::OpTurn PollDesc::AcquireOps(OpDir dir, uint64_t file_seq, int64_t dead
   const bool closed = seq != file_seq;
   lock.Unlock();
   if (outcome == kOpGranted) {
-    if (!closed) return OpTurn::kMine;
-    ReleaseOps(dir);  // granted after io::Close: pass it on
-    return OpTurn::kClosed;
+    // Granted, then closed before this ran: EndSeqLocked freed the turn.
+    return closed ? OpTurn::kClosed : OpTurn::kMine;
   }
   return outcome == kOpTimedOut ? OpTurn::kDeadline : OpTurn::kClosed;
 }
 
-void PollDesc::ReleaseOps(OpDir dir) {
+void PollDesc::ReleaseOps(OpDir dir, uint64_t file_seq) {
   OpQueue& q = ops[dir];
-  uint32_t taken = 1;
-  if (q.state.compare_exchange_strong(taken, 0, std::memory_order_release)) return;
+  uint64_t taken = TurnState(file_seq, 1);
+  if (q.state.compare_exchange_strong(taken, TurnState(file_seq, 0), std::memory_order_release)) return;
   G* list = nullptr;
   lock.Lock();
+  if (seq != file_seq) {  // the file was closed: its turn went with it (EndSeqLocked)
+    lock.Unlock();
+    return;
+  }
   bool handed = false;
   while (OpWaiter* w = PopOpWaiter(q)) {
     G* g = w->g;  // w may be gone once the CAS succeeds and g runs
@@ -438,9 +442,9 @@ void PollDesc::ReleaseOps(OpDir dir) {
     }
   }
   if (!handed) {
-    q.state.store(0, std::memory_order_release);
+    q.state.store(TurnState(seq, 0), std::memory_order_release);
   } else if (q.head == nullptr) {
-    q.state.store(1, std::memory_order_relaxed);  // the next release needs no lock
+    q.state.store(TurnState(seq, 1), std::memory_order_relaxed);  // the next release needs no lock
   }
   lock.Unlock();
   InjectGList(list);
@@ -457,6 +461,8 @@ G* PollDesc::EndSeqLocked() {
       int want = kOpWaiting;
       if (w->outcome.compare_exchange_strong(want, kOpClosed, std::memory_order_acq_rel)) WakeParked(g, &list);
     }
+    // Free for the next file, whoever holds it for this one.
+    q.state.store(TurnState(seq, 0), std::memory_order_release);
   }
   return list;
 }

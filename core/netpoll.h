@@ -113,16 +113,23 @@ struct PollDesc {
   // ends their wait (kClosed). An uncontended turn is one CAS to take and
   // one to give back.
   enum OpDir { kReadOps = 0, kWriteOps = 1 };
+  static constexpr uint64_t TurnState(uint64_t file_seq, uint64_t x) { return file_seq << 2 | x; }
   enum class OpTurn { kMine, kDeadline, kClosed };
   // deadline_ns: 0 for none, -1 for one already passed (the turn is then
   // taken only if free).
   OpTurn AcquireOps(OpDir dir, uint64_t file_seq, int64_t deadline_ns);
-  void ReleaseOps(OpDir dir);
+  // Gives back the turn that AcquireOps gave the operation on file_seq.
+  void ReleaseOps(OpDir dir, uint64_t file_seq);
   struct OpWaiter;  // core/netpoll.cc
   struct OpQueue {
-    // 0: free; 1: taken; 2: taken, and goroutines may wait in the queue (a
-    // release then takes the lock and hands the turn to the first).
-    std::atomic<uint32_t> state{0};
+    // TurnState(seq, x), x being 0: free; 1: taken; 2: taken, and goroutines
+    // may wait in the queue (a release then takes the lock and hands the
+    // turn to the first). A turn belongs to one file: EndSeqLocked frees it
+    // for the next one under the number, since its holder may never give it
+    // back (a Read of a blocking stdin, in read(2) until someone writes),
+    // and a late release by the old file's holder finds another seq and does
+    // nothing. Under lock its seq is always `seq`.
+    std::atomic<uint64_t> state{0};
     OpWaiter* head = nullptr;  // guarded by lock
     OpWaiter* tail = nullptr;
   };

@@ -2822,6 +2822,51 @@ TEST(IoChildTest, TheProgramsOwnSocketOnFdZeroIsPolled) {
   EXPECT_EXIT(ProgramsOwnSocketOnFdZeroChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// A turn belongs to the file, not to the number. A goroutine reading a
+// blocking stdin with no deadline sits in read(2), holding fd 0's read
+// turn, and io::Close(0) cannot wake it (io.h); the socket made next gets
+// number 0, and its Read must not queue behind that reader, which returns
+// only when someone writes to the old pipe. Fails (the new socket's Read
+// times out with its data queued) if the closed file's turn outlives it.
+[[noreturn]] void ClosedStdinsTurnChild() {
+  goro_test::Watchdog dog(absl::Seconds(30), "a Read of a new file on the number of a closed, blocked stdin");
+  const int writer_end = PipeOnStdStream(STDIN_FILENO);
+  static std::atomic<bool> old_returned{false};
+  goro_test::RunBounded([&] {
+    goro::WaitGroup old_reader;
+    old_reader.Add(1);
+    goro::Go([&] {
+      char c;
+      (void)io::Read(STDIN_FILENO, &c, 1);  // in read(2) until the pipe is written to
+      old_returned = true;
+      old_reader.Done();
+    });
+    goro::SleepFor(absl::Milliseconds(100));  // it is in read(2) by now
+    CHILD_CHECK(io::Close(STDIN_FILENO).ok(), "io::Close of stdin");
+    int sv[2];
+    CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 && sv[0] == STDIN_FILENO,
+                "the new socket did not get fd 0");
+    CHILD_CHECK(write(sv[1], "hi", 2) == 2, "write: %s", strerror(errno));
+    char buf[4];
+    absl::StatusOr<size_t> r = io::Read(STDIN_FILENO, buf, sizeof buf, In(absl::Seconds(2)));
+    CHILD_CHECK(r.ok() && *r == 2, "Read of the new socket on fd 0: %s", r.status().ToString().c_str());
+    CHILD_CHECK(!old_returned.load(), "the old reader returned: the test proved nothing");
+    CHILD_CHECK(write(writer_end, "x", 1) == 1, "write: %s", strerror(errno));  // lets the old reader out
+    old_reader.Wait();
+    // Its late release must leave the new file's turn alone.
+    r = io::Read(STDIN_FILENO, buf, sizeof buf, In(absl::Milliseconds(50)));
+    CHILD_CHECK(absl::IsDeadlineExceeded(r.status()), "Read of the empty socket: %s", r.status().ToString().c_str());
+    CHILD_CHECK(write(sv[1], "yo", 2) == 2, "write: %s", strerror(errno));
+    r = io::Read(STDIN_FILENO, buf, sizeof buf, In(absl::Seconds(2)));
+    CHILD_CHECK(r.ok() && *r == 2, "second Read of the new socket: %s", r.status().ToString().c_str());
+  });
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(IoChildTest, ANewFileOnTheNumberOfAClosedBlockedStdinHasItsOwnTurns) {
+  EXPECT_EXIT(ClosedStdinsTurnChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // A goroutine wired with LockOSThread that waits on I/O with no deadline,
 // while the other P is idle. Its M does not go looking for work (and poll)
 // as other Ms do: it hands its P off and sleeps until the goroutine is

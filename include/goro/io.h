@@ -28,7 +28,10 @@
 // Write, Connect or WaitWritable; the others wait in order of arrival, each
 // until its own deadline (io::Close ends their wait). So the bytes of
 // concurrent Writes are never interleaved, and several goroutines may
-// Accept on one listener.
+// Accept on one listener. Turns belong to the file, not to its number: a
+// file that gets the number of one closed while an operation on it was
+// still under way (a Read of a blocking standard stream, which io::Close
+// cannot wake) starts with its turns free.
 //
 // Errors are absl::Status values, never crashes:
 //   DeadlineExceededError  the deadline passed first;
