@@ -1951,16 +1951,21 @@ void ParkPreempted(G* g, bool async) {
 void PreemptCooperative() {
   // A child forked without exec has no scheduler to yield to; a request
   // copied from the parent stays pending there, harmless.
-  if (in_forked_child) return;
-  // Not inside a signal handler of the program's (its signal, at least, is
-  // blocked there), which would return on another thread: the request stays
-  // pending until a safe point outside it, as the async path's does. A mask
-  // the goroutine set itself is no handler's (sigmask_changed).
-  if (!CurrentM()->sigmask_changed && !ThreadHasMSignalMask()) return;
   G* g = CurrentGoroutine();
+  if (in_forked_child || g == nullptr) return;
   g->preempt_off.fetch_add(kInRuntime, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  ParkPreempted(g, /*async=*/false);
+  // Not inside a signal handler of the program's, which would return on
+  // another thread: the request stays pending until a safe point outside
+  // it, as the async path's does. A handler runs on an alternate signal
+  // stack (SA_ONSTACK), or blocks at least its own signal: a mask that is
+  // neither the runtime's nor one the goroutine set itself outside any
+  // handler (signals/sigmask.cc). Looked at with preempt_off raised, so that
+  // the M, its flags and the mask are one thread's.
+  const auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (sp >= g->stack.lo && sp < g->stack.hi && ThreadHasGoroutineSignalMask(CurrentM())) {
+    ParkPreempted(g, /*async=*/false);
+  }
   g->preempt_off.fetch_sub(kInRuntime, std::memory_order_relaxed);
 }
 

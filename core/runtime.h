@@ -296,6 +296,10 @@ struct M {
   // runtime's; g0 restores it when that goroutine leaves the thread. Only
   // this M's thread touches it.
   bool sigmask_changed = false;
+  // While sigmask_changed: the mask (kernel form) that goroutine last set
+  // outside any signal handler of the program's, which it runs with outside
+  // them; any other is a handler's (PreemptCooperative).
+  uint64_t own_sigmask_bits = 0;
   // The preemption handler declined to preempt here because the thread's
   // mask was not the runtime's: a signal handler of the program's, or a
   // change the wrappers did not see (siglongjmp, setcontext, the system
@@ -1017,6 +1021,10 @@ inline bool IsMSignalMask(const sigset_t& mask) {
 }
 // IsMSignalMask of the calling thread's mask, now (a system call).
 bool ThreadHasMSignalMask();
+// On m's goroutine: whether the calling thread's mask is the one that
+// goroutine runs with outside signal handlers of the program's - the one it
+// set itself (M::own_sigmask_bits), or else the runtime's (a system call).
+bool ThreadHasGoroutineSignalMask(const M* m);
 
 // M::signal_state: a generation, bumped by each signal begun, times four,
 // plus the state.

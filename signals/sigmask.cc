@@ -96,14 +96,33 @@ __attribute__((constructor(101))) void ResolveMaskFunctions() {
 // in signal handlers, where the scope's check of the P could wait for one
 // and its end could switch goroutines (as in dl_iterate_phdr's wrapper). A
 // request that arrives meanwhile waits for the next safe point or signal.
-void NoteMaskChange() {
+//
+// `before` is the mask the change replaced. If it is the one the goroutine
+// runs with outside signal handlers (the runtime's, or one it set itself),
+// the change is made outside them, and the new mask becomes the goroutine's
+// own. Otherwise the change is made inside a handler of the program's,
+// whose return puts `before`'s predecessor back: the goroutine's own mask
+// stays what it was, and the thread's is restored when it leaves.
+void NoteMaskChange(const sigset_t& before) {
   G* g = CurrentGoroutine();
   if (g == nullptr) return;  // a plain thread, or the runtime on g0
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
   if (auto hook = sigmask_note_hook.load(std::memory_order_relaxed)) hook(m);
-  m->sigmask_changed = !ThreadHasMSignalMask();
+  uint64_t before_bits;
+  memcpy(&before_bits, &before, sizeof before_bits);
+  const uint64_t own = m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits;
+  if (before_bits == own) {
+    sigset_t now;
+    if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &now) == 0) {
+      memcpy(&m->own_sigmask_bits, &now, sizeof m->own_sigmask_bits);
+      m->sigmask_changed = m->own_sigmask_bits != m_sigmask_bits;
+    }
+  } else {
+    m->own_sigmask_bits = own;
+    m->sigmask_changed = true;
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
@@ -115,6 +134,14 @@ std::atomic<void (*)(M*)> sigmask_note_hook{nullptr};
 bool ThreadHasMSignalMask() {
   sigset_t cur;
   return RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) == 0 && IsMSignalMask(cur);
+}
+
+bool ThreadHasGoroutineSignalMask(const M* m) {
+  sigset_t cur;
+  if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return false;
+  uint64_t bits;
+  memcpy(&bits, &cur, sizeof bits);
+  return bits == (m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits);
 }
 
 void RestoreMSignalMask(M* m) {
@@ -130,16 +157,23 @@ void CheckMSignalMask(M* m) {
 
 }  // namespace goro::internal
 
+// Each passes libc its own `old`, for NoteMaskChange, and copies it out.
 extern "C" int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
-  int r = goro::internal::RealPthreadSigmask()(how, set, old);
-  if (r == 0 && set != nullptr) goro::internal::NoteMaskChange();
-  return r;
+  sigset_t before;
+  int r = goro::internal::RealPthreadSigmask()(how, set, &before);
+  if (r != 0) return r;
+  if (old != nullptr) *old = before;
+  if (set != nullptr) goro::internal::NoteMaskChange(before);
+  return 0;
 }
 
 extern "C" int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
-  int r = goro::internal::RealSigprocmask()(how, set, old);
-  if (r == 0 && set != nullptr) goro::internal::NoteMaskChange();
-  return r;
+  sigset_t before;
+  int r = goro::internal::RealSigprocmask()(how, set, &before);
+  if (r != 0) return r;
+  if (old != nullptr) *old = before;
+  if (set != nullptr) goro::internal::NoteMaskChange(before);
+  return 0;
 }
 
 // The legacy calls, as glibc does them, but through sigprocmask (above).

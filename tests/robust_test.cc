@@ -905,6 +905,89 @@ TEST(RobustTest, NoPreemptionInsideASignalHandler) {
   EXPECT_EXIT(LongHandlerChild(), ::testing::ExitedWithCode(0), "");
 }
 
+// A safe point inside a signal handler of the program's leaves a preemption
+// request pending, whatever the goroutine did with its own mask: a mask it
+// set itself outside any handler is no handler's, but the handler's is still
+// its own mask plus at least the handler's signal. Here the handler asks its
+// goroutine to yield, as sysmon would, and reaches Checkpoint(); parked
+// there, it could resume inside the handler on another thread, which its
+// return would then leave with this thread's mask and alternate stack. The
+// goroutine blocks SIGUSR2 itself first (`block_own`), or the handler sets
+// its mask again unchanged (`change_in_handler`), with the handler on the
+// goroutine's stack or on the thread's alternate one. Afterwards, outside
+// any handler, a goroutine with a mask of its own must still yield at a
+// safe point. Fails if the goroutine is preempted in a handler.
+namespace handler_safe_point {
+std::atomic<uint64_t> runs{0}, preempted_inside{0};
+bool change_in_handler = false;
+
+void AskToYield() { goro::internal::CurrentGoroutine()->stackguard0.store(goro::internal::kStackPreempt); }
+
+void Handler(int) {
+  if (change_in_handler) {
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+    pthread_sigmask(SIG_SETMASK, &cur, nullptr);
+  }
+  const uint64_t before = goro::CurrentGoroutinePreemptions();
+  AskToYield();
+  goro::Checkpoint();
+  preempted_inside += goro::CurrentGoroutinePreemptions() - before;
+  runs++;
+}
+}  // namespace handler_safe_point
+
+[[noreturn]] void SafePointInAHandlerChild(bool block_own, bool change_in_handler, bool on_altstack) {
+  using namespace handler_safe_point;
+  goro_test::Watchdog dog(absl::Seconds(20), "safe points in a signal handler");
+  handler_safe_point::change_in_handler = change_in_handler;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = Handler;
+  sa.sa_flags = on_altstack ? SA_ONSTACK : 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+  static uint64_t preempted_outside = 0;
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  goro::Run(
+      [block_own] {
+        auto block_usr2 = [] {
+          sigset_t usr2;
+          sigemptyset(&usr2);
+          sigaddset(&usr2, SIGUSR2);
+          pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+        };
+        if (block_own) block_usr2();
+        const uint64_t before = goro::CurrentGoroutinePreemptions();
+        AskToYield();
+        goro::Checkpoint();
+        preempted_outside = goro::CurrentGoroutinePreemptions() - before;
+        // Leaving the thread gave it the runtime's mask back (docs/preemption.md).
+        if (block_own) block_usr2();
+        for (int i = 0; i < 20; ++i) pthread_kill(pthread_self(), SIGUSR1);  // handled before it returns
+        goro::Checkpoint();  // a request left pending by a handler
+      },
+      opts);
+  CHILD_CHECK(runs.load() == 20, "%llu handlers ran, not 20", goro_test::U(runs.load()));
+  CHILD_CHECK(preempted_inside.load() == 0, "the goroutine was preempted %llu times inside a signal handler",
+              goro_test::U(preempted_inside.load()));
+  CHILD_CHECK(preempted_outside == 1, "outside any handler, the goroutine yielded %llu times at a safe point, not once",
+              goro_test::U(preempted_outside));
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, NoPreemptionAtASafePointInAHandlerWhateverTheGoroutinesMask) {
+  if (goro_test::kTsanBuild) GTEST_SKIP() << "ThreadSanitizer build: TSan runs signal handlers later, from its own frames";
+  for (bool on_altstack : {false, true}) {
+    SCOPED_TRACE(on_altstack ? "on the alternate signal stack" : "on the goroutine's stack");
+    EXPECT_EXIT(SafePointInAHandlerChild(/*block_own=*/true, /*change_in_handler=*/false, on_altstack),
+                ::testing::ExitedWithCode(0), "");
+    EXPECT_EXIT(SafePointInAHandlerChild(/*block_own=*/false, /*change_in_handler=*/true, on_altstack),
+                ::testing::ExitedWithCode(0), "");
+  }
+}
+
 // A SIGURG of someone else's (queued to the goroutine's own thread, as
 // pthread_sigqueue or the kernel's for out-of-band data would be), delivered
 // while sysmon has begun a preemption signal but not yet sent it, is not
