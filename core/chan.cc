@@ -393,9 +393,10 @@ class RecvScratch {
 
 // Gives the chosen receive case's target what the case received into
 // scratch: the value (then destroyed in scratch), or nullopt if the channel
-// was closed. Called by the selecting goroutine with no channel lock held,
-// since assigning *out destroys its old value, which may be anything (the
-// last handle to a channel of this Select, a token that sends itself back).
+// was closed. Called by the selecting goroutine outside the runtime, with no
+// channel lock held, since assigning *out destroys its old value, which may
+// be anything (the last handle to a channel of this Select, a token that
+// sends itself back, a destructor that blocks).
 // `ops` was read while the channel was known to live: that destruction may
 // free it.
 void AssignRecvTarget(const ElemOps* ops, void* out, void* scratch, bool received) {
@@ -407,9 +408,15 @@ void AssignRecvTarget(const ElemOps* ops, void* out, void* scratch, bool receive
   }
 }
 
-}  // namespace
+// What the chosen case received, if it is a receive case: its target is
+// assigned from the scratch by SelectImpl, outside the runtime.
+struct ChosenRecv {
+  const ElemOps* ops = nullptr;  // read while the channel was known to live
+  bool received = false;  // false: the channel was closed and drained
+};
 
-int SelectImpl(SelectCaseRep* cases, int n) {
+// Select, in runtime code; a receive case receives into `scratch`.
+int SelectInRuntime(SelectCaseRep* cases, int n, void* scratch, ChosenRecv* chosen) {
   RuntimeScope scope;
   if (n > kMaxSelectCases) FatalG(absl::StrCat("select with ", n, " cases (limit ", kMaxSelectCases, ")"));
   int default_index = -1;
@@ -477,17 +484,6 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     local = local_heap.get();
   }
 
-  // Receive cases receive into scratch, found before the locks are taken.
-  size_t scratch_size = 0;
-  size_t scratch_align = 1;
-  for (int k = 0; k < npoll; ++k) {
-    const SelectCaseRep& r = cases[order[k]];
-    if (r.dir != CaseDir::kRecv) continue;
-    scratch_size = std::max(scratch_size, r.chan->ops_->size);
-    scratch_align = std::max(scratch_align, r.chan->ops_->align);
-  }
-  RecvScratch scratch(scratch_size, scratch_align);
-
   // Pass 1: is any case ready now?
   lock_all();
   for (int k = 0; k < npoll; ++k) {
@@ -503,13 +499,12 @@ int SelectImpl(SelectCaseRep* cases, int n) {
       }
       done = TrySendLocked(c, cases[i].elem, &to_ready);
     } else {
-      done = TryRecvLocked</*kIntoRaw=*/true>(c, scratch.get(), &received, &to_ready);
+      done = TryRecvLocked</*kIntoRaw=*/true>(c, scratch, &received, &to_ready);
     }
     if (done) {
-      const ElemOps* ops = c->ops_;
+      if (cases[i].dir == CaseDir::kRecv) *chosen = {c->ops_, received};
       UnlockAll(nullptr, &park);
       if (to_ready != nullptr) Ready(to_ready);
-      if (cases[i].dir == CaseDir::kRecv) AssignRecvTarget(ops, cases[i].elem, scratch.get(), received);
       return i;
     }
   }
@@ -536,7 +531,7 @@ int SelectImpl(SelectCaseRep* cases, int n) {
       s->elem = cases[i].elem;
       s->chan->sendq.Push(s);
     } else {
-      s->elem = scratch.get();
+      s->elem = scratch;
       s->into_raw = true;
       s->chan->recvq.Push(s);
     }
@@ -569,11 +564,31 @@ int SelectImpl(SelectCaseRep* cases, int n) {
     }
   }
   if (cases[won].dir == CaseDir::kRecv) {
-    AssignRecvTarget(won_ops, cases[won].elem, scratch.get(), success);
+    *chosen = {won_ops, success};
   } else if (!success) {
     FatalG("send on closed channel");
   }
   return won;
+}
+
+}  // namespace
+
+int SelectImpl(SelectCaseRep* cases, int n) {
+  // Receive cases receive into scratch, found before any lock is taken.
+  size_t scratch_size = 0;
+  size_t scratch_align = 1;
+  for (int i = 0; i < n; ++i) {
+    if (cases[i].dir != CaseDir::kRecv || cases[i].chan == nullptr) continue;
+    scratch_size = std::max(scratch_size, cases[i].chan->ops_->size);
+    scratch_align = std::max(scratch_align, cases[i].chan->ops_->align);
+  }
+  RecvScratch scratch(scratch_size, scratch_align);
+  ChosenRecv chosen;
+  const int i = SelectInRuntime(cases, n, scratch.get(), &chosen);
+  // The target's old value is destroyed by the program's code, which may
+  // block, call goro or be preempted: outside the runtime.
+  if (chosen.ops != nullptr) AssignRecvTarget(chosen.ops, cases[i].elem, scratch.get(), chosen.received);
+  return i;
 }
 
 }  // namespace goro::internal

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/runtime.h"  // a preemption request set by hand
 #include "goro/goro.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -486,6 +487,37 @@ TEST(SelectTest, RecvCaseTargetOldValueMayUseTheChannel) {
     token->pool = nullptr;
     pool.Close();
     for (PoolToken& t : pool) t.pool = nullptr;
+  });
+}
+
+// The old value's destructor is the program's code, not the runtime's: it
+// may be preempted, and it may block where sysmon can take the P away. Here
+// it asks its goroutine to yield, as sysmon would, and reaches Checkpoint().
+// Fails if the target is assigned inside the runtime (preemption deferred:
+// the Checkpoint does not yield).
+struct YieldsWhenDestroyed {
+  explicit YieldsWhenDestroyed(uint64_t* yielded) : yielded(yielded) {}
+  YieldsWhenDestroyed(YieldsWhenDestroyed&& o) noexcept : yielded(std::exchange(o.yielded, nullptr)) {}
+  ~YieldsWhenDestroyed() {
+    if (yielded == nullptr) return;
+    const uint64_t before = goro::CurrentGoroutinePreemptions();
+    goro::internal::CurrentGoroutine()->stackguard0.store(goro::internal::kStackPreempt);
+    goro::Checkpoint();
+    *yielded += goro::CurrentGoroutinePreemptions() - before;
+  }
+  uint64_t* yielded;  // nullptr: moved from
+};
+
+TEST(SelectTest, RecvCaseTargetOldValueIsDestroyedOutsideTheRuntime) {
+  RunBounded([] {
+    uint64_t yielded = 0;
+    goro::Chan<YieldsWhenDestroyed> c(1);
+    goro::Chan<int> quit;
+    std::optional<YieldsWhenDestroyed> target(std::in_place, &yielded);
+    c.Send(YieldsWhenDestroyed(nullptr));
+    std::optional<int> q;
+    EXPECT_EQ(goro::Select(goro::OnRecv(c, &target), goro::OnRecv(quit, &q)), 0);
+    EXPECT_EQ(yielded, 1u) << "the old value's destructor ran where preemption is deferred";
   });
 }
 

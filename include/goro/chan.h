@@ -257,8 +257,8 @@ SelectCase OnSend(Chan<T>&& c, T* v) {
 // it has released every channel lock, just before Select returns; so the old
 // value is destroyed there, never under a channel lock nor on the thread of
 // the sender or closer that completed the case. Its destructor may use
-// channels, this one included, and may drop the last handle to a channel of
-// the same Select.
+// channels, this one included, may drop the last handle to a channel of
+// the same Select, and may block.
 template <typename T>
 SelectCase OnRecv(Chan<T>& c, std::optional<T>* out) {
   return SelectCase({c.core(), internal::CaseDir::kRecv, out});
