@@ -2432,7 +2432,7 @@ void Run(absl::AnyInvocable<void() &&> fn, const Options& opts) {
     internal::G* self = internal::CurrentGoroutine();
     self->exit_counted = true;
     internal::CurrentM()->p->exited.fetch_add(1, std::memory_order_release);
-    internal::SemRelease(&done, &done_waiters, false);
+    internal::SemRelease(&done, &done_waiters);
   };
   internal::NewProc(&internal::kClosureOps<decltype(body)>, &body);
   // A plain thread's wait here, as kRunWait, does not end the freeze at exit

@@ -668,9 +668,10 @@ class RuntimeScope {
  public:
   RuntimeScope() { Enter(true); }
   // For the slow path of a release (an unlock, the Add that ends a
-  // WaitGroup's wait): the same, but a pending request is left for the
-  // SafePoint after the release, so that the goroutine is not set aside
-  // still holding what it is giving up, or with its waiters not yet woken.
+  // WaitGroup's wait): the same, but a pending request is left for the next
+  // safe point (an unlock's SafePoint, after the release), so that the
+  // goroutine is not set aside still holding what it is giving up, or with
+  // its waiters not yet woken.
   struct Releasing {};
   explicit RuntimeScope(Releasing) { Enter(false); }
   ~RuntimeScope() { LeaveRuntimeCode(g_); }

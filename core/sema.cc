@@ -86,7 +86,7 @@ void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReaso
 // Releases n counts: to queued waiters first (tickets), the rest to *count.
 // The waiters are made runnable after the lock is dropped, from their
 // records; nothing of the object is touched after UnlockWord.
-void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff) {
+bool SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n) {
   SemaWaiter* woken = nullptr;
   LockWord(q->lock);
   for (; n > 0; --n) {
@@ -106,18 +106,15 @@ void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool ha
     Ready(g);
     woken = next;
   }
-  // Starvation mode: let the waiter run now, on this P, rather than after
-  // our time slice - unless the caller keeps other goroutines off its thread
-  // (a NoPreemptScope, dl_iterate_phdr's wrapper), as Go yields only when
-  // its M holds no locks.
-  if (handoff && any) {
-    G* self = CurrentGoroutine();
-    if (self == nullptr || !HoldsOffPreemption(self->preempt_off.load(std::memory_order_relaxed))) YieldNow();
-  }
+  return any;
 }
 
-void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff) {
-  SemReleaseN(count, q, 1, handoff);
+bool SemRelease(std::atomic<uint32_t>* count, SemaQueue* q) { return SemReleaseN(count, q, 1); }
+
+void YieldToHandedOff() {
+  RuntimeScope scope;
+  G* self = CurrentGoroutine();
+  if (self == nullptr || !HoldsOffPreemption(self->preempt_off.load(std::memory_order_relaxed))) YieldNow();
 }
 
 }  // namespace goro::internal

@@ -22,12 +22,18 @@ namespace goro::internal {
 // already waited once).
 void SemAcquire(std::atomic<uint32_t>* count, SemaQueue* q, bool lifo, WaitReason reason);
 // The count goes to the first queued waiter, or to *count if none waits;
-// with handoff, the woken waiter runs next on this P (a Mutex in starvation
-// mode). Once a SemAcquire has returned, the release that satisfied it no
-// longer touches *count or *q: the object holding them may be destroyed.
-void SemRelease(std::atomic<uint32_t>* count, SemaQueue* q, bool handoff);
+// returns whether a waiter got it. Once a SemAcquire has returned, the
+// release that satisfied it no longer touches *count or *q: the object
+// holding them may be destroyed.
+bool SemRelease(std::atomic<uint32_t>* count, SemaQueue* q);
 // n releases at once, with the same guarantee for every one of them.
-void SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n, bool handoff);
+bool SemReleaseN(std::atomic<uint32_t>* count, SemaQueue* q, uint32_t n);
+// After a Mutex in starvation mode was handed to a waiter, and the lock
+// that holds it (an RWMutex's too) is released: lets that waiter run now,
+// on this P, rather than after the caller's time slice - unless the caller
+// keeps other goroutines off its thread (a NoPreemptScope, dl_iterate_phdr's
+// wrapper), as Go yields only when its M holds no locks.
+void YieldToHandedOff();
 
 // Test seam (tests/sync_test.cc): when set, Mutex::Unlock calls it after it
 // has released the lock and before it wakes a waiter, the last point at

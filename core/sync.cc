@@ -67,7 +67,7 @@ void WaitGroup::Settle(int64_t n, uint64_t state) {
   // All in one step, which is Add's last touch of the WaitGroup: no waiter
   // returns before it. Each waiter still reads state_ as it wakes, so the
   // WaitGroup may go only once every Wait has returned.
-  internal::SemReleaseN(&sema_, &waiters_, w, false);
+  internal::SemReleaseN(&sema_, &waiters_, w);
 }
 
 void WaitGroup::Wait() {
@@ -197,15 +197,14 @@ void Mutex::LockSlow() {
 
 void Mutex::Unlock() {
   internal::G* g = internal::NoteEntry();
-  Release();
+  if (Release()) internal::YieldToHandedOff();
   internal::SafePoint(g);  // after the release: see SafePoint
 }
 
-void Mutex::Release() {
+bool Mutex::Release() {
   int32_t old = kLocked;
-  if (!state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) {
-    UnlockSlow(old);
-  }
+  if (state_.compare_exchange_strong(old, 0, std::memory_order_release, std::memory_order_relaxed)) return false;
+  return UnlockSlow(old);
 }
 
 // Unlike Go's unlock, which frees the lock and then picks a waiter to wake,
@@ -214,7 +213,7 @@ void Mutex::Release() {
 // Unlock; that waiter may then destroy the Mutex while the first Unlock is
 // still to touch it. Here a waiter's Lock returns only after the semaphore
 // release that wakes it, which touches the Mutex last.
-void Mutex::UnlockSlow(int32_t old) {
+bool Mutex::UnlockSlow(int32_t old) {
   internal::RuntimeScope scope{internal::RuntimeScope::Releasing{}};  // Unlock's SafePoint comes after
   for (;;) {
     if ((old & kLocked) == 0) internal::FatalG("sync: unlock of unlocked mutex");
@@ -223,8 +222,7 @@ void Mutex::UnlockSlow(int32_t old) {
       // hand-off: newcomers do not take the lock meanwhile, so nobody's Lock
       // returns before the first waiter's, which the release makes.
       state_.fetch_sub(kLocked, std::memory_order_release);
-      internal::SemRelease(&sema_, &waiters_, true);
-      return;
+      return internal::SemRelease(&sema_, &waiters_);  // the caller yields to it
     }
     // Wake a waiter unless none sleeps or one is awake already (spinning, or
     // woken and not yet back).
@@ -234,9 +232,9 @@ void Mutex::UnlockSlow(int32_t old) {
     if (state_.compare_exchange_weak(old, next, std::memory_order_release, std::memory_order_relaxed)) {
       if (wake) {
         if (auto hook = internal::mutex_unlock_wake_hook.load(std::memory_order_relaxed)) hook();
-        internal::SemRelease(&sema_, &waiters_, false);
+        internal::SemRelease(&sema_, &waiters_);
       }
-      return;
+      return false;
     }
   }
 }
@@ -339,7 +337,7 @@ void RWMutex::RUnlockSlow(int32_t old) {
   }
   if (departing_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     // The last reader the writer waits for.
-    internal::SemRelease(&writer_sema_, &writer_waiters_, false);
+    internal::SemRelease(&writer_sema_, &writer_waiters_);
   }
 }
 
@@ -375,13 +373,16 @@ void RWMutex::Unlock() {
     internal::RuntimeScope scope;
     internal::FatalG("sync: Unlock of unlocked RWMutex");
   }
-  writer_.Release();  // first: see above; no safe point while still write-held
+  // First: see above. No safe point, nor a yield to a writer it hands
+  // writer_ to, while still write-held.
+  const bool handed_off = writer_.Release();
   if (auto hook = internal::rwmutex_unlock_hook.load(std::memory_order_relaxed)) [[unlikely]] {
     hook(internal::RWMutexUnlockPoint::kGap);
   }
   int32_t old = readers_.fetch_add(kMaxReaders, std::memory_order_acq_rel);
   if (old != -kMaxReaders) UnlockSlow(old);  // readers blocked, or a writer next
-  internal::SafePoint(g);                    // after the release: see SafePoint
+  if (handed_off) internal::YieldToHandedOff();
+  internal::SafePoint(g);  // after the release: see SafePoint
 }
 
 void RWMutex::UnlockSlow(int32_t old) {
@@ -392,18 +393,18 @@ void RWMutex::UnlockSlow(int32_t old) {
   if (hook != nullptr) hook(internal::RWMutexUnlockPoint::kWake);
   if (readers > 0) {
     // The readers that blocked while we held the lock.
-    internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(readers), false);
+    internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(readers));
     return;
   }
   // Below zero: the next writer has announced itself. The readers blocked
   // behind us go first, and it waits for them as if it had found them.
   int32_t blocked = readers + kMaxReaders;
   if (blocked == 0) {
-    internal::SemRelease(&writer_sema_, &writer_waiters_, false);
+    internal::SemRelease(&writer_sema_, &writer_waiters_);
     return;
   }
   departing_.fetch_add(blocked, std::memory_order_acq_rel);
-  internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(blocked), false);
+  internal::SemReleaseN(&reader_sema_, &reader_waiters_, static_cast<uint32_t>(blocked));
 }
 
 // ---------------------------------------------------------------------------

@@ -438,6 +438,72 @@ TEST(RWMutexTest, SecondWriterAnnouncedInTheGapWaitsForTheBlockedReaders) {
 
 TEST(RWMutexTest, SecondWriterAnnouncedInTheGapWithNoBlockedReaders) { SecondWriterAnnouncedInTheGap(0); }
 
+// An Unlock that hands the writers' Mutex (in starvation mode) to the next
+// writer yields to it only once the RWMutex is released, not while it is
+// still write-held: at the gap (the writers' Mutex unlocked, the readers'
+// count not yet given back) that writer must not have run. On 1 P: W2 blocks
+// in Lock on the writers' Mutex, and finds it taken again after an Unlock
+// woke it more than 1 ms later (starvation mode); then the holder's Unlock
+// hands it over. Fails if the hand-off yields before the gap: W2 has
+// announced itself there (the readers' count below -kMaxReaders).
+namespace handoff {
+goro::RWMutex* rw = nullptr;
+std::atomic<bool> hook_ran{false};
+std::atomic<int32_t> readers_at_gap{0};
+void Hook(goro::internal::RWMutexUnlockPoint where) {
+  if (where != goro::internal::RWMutexUnlockPoint::kGap || hook_ran.exchange(true)) return;
+  readers_at_gap = goro::RWMutexAccess::Readers(*rw);
+}
+}  // namespace handoff
+
+[[noreturn]] void HandOffWhileWriteHeldChild() {
+  using namespace handoff;
+  Watchdog dog(absl::Seconds(20), "an RWMutex Unlock handing the writers' Mutex over");
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  goro::Run(
+      [] {
+        rw = new goro::RWMutex;
+        rw->Lock();
+        std::atomic<bool> contending{false};
+        goro::WaitGroup wg;
+        wg.Add(1);
+        goro::Go([&] {  // W2
+          contending = true;
+          rw->Lock();
+          rw->Unlock();
+          wg.Done();
+        });
+        while (!contending.load()) goro::Yield();
+        goro::Yield();  // W2 blocks on the writers' Mutex
+        goro_test::Spin(absl::Milliseconds(3));
+        rw->Unlock();  // wakes W2
+        rw->Lock();    // before it runs: it waits again, over 1 ms now
+        goro::Yield();  // W2 finds the writers' Mutex held: starvation mode
+        goro::internal::rwmutex_unlock_hook.store(&Hook);
+        rw->Unlock();  // hands it to W2
+        goro::internal::rwmutex_unlock_hook.store(nullptr);
+        wg.Wait();
+      },
+      opts);
+  int failures = 0;
+  if (!hook_ran.load()) {
+    fprintf(stderr, "the Unlock never reached its gap\n");
+    failures++;
+  }
+  if (readers_at_gap.load() != -kMaxReaders) {
+    fprintf(stderr, "at the gap the readers' count was %d, not -kMaxReaders: the writer handed the writers' Mutex "
+            "ran while the RWMutex was still write-held\n", readers_at_gap.load());
+    failures++;
+  }
+  fflush(stderr);
+  _exit(failures == 0 ? 0 : 1);
+}
+
+TEST(RWMutexTest, AStarvationHandOffToTheNextWriterWaitsUntilTheRWMutexIsReleased) {
+  EXPECT_EXIT(HandOffWhileWriteHeldChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // Many rounds on a heap-allocated RWMutex, each ending with its last user
 // deleting it right after an unlock, while the unlock or wake-up of another
 // user may still be running: a writer's Unlock waking a reader (that frees

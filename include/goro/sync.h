@@ -83,10 +83,11 @@ class Mutex {
  private:
   friend class RWMutex;  // unlocks its writers' Mutex with Release
   void LockSlow();
-  // Unlock without its safe point (which RWMutex::Unlock takes only once the
-  // RWMutex is released too).
-  void Release();
-  void UnlockSlow(int32_t state);
+  // Unlock without its safe point and, in starvation mode, without its yield
+  // to the waiter it handed the Mutex to (returns true then), which
+  // RWMutex::Unlock takes only once the RWMutex is released too.
+  bool Release();
+  bool UnlockSlow(int32_t state);
 
   // Bit 0: locked. Bit 1: a woken waiter is competing. Bit 2: starvation mode.
   // Bits 3..31: number of waiters blocked on sema_.
