@@ -1958,12 +1958,12 @@ void PreemptCooperative() {
   // Not inside a signal handler of the program's, which would return on
   // another thread: the request stays pending until a safe point outside
   // it, as the async path's does. A handler runs on an alternate signal
-  // stack (SA_ONSTACK), or blocks at least its own signal: a mask that is
-  // neither the runtime's nor one the goroutine set itself outside any
-  // handler (signals/sigmask.cc). Looked at with preempt_off raised, so that
-  // the M, its flags and the mask are one thread's.
+  // stack (SA_ONSTACK), or blocks at least its own signal beyond what the
+  // goroutine's own mask does, the one it set itself outside any handler or
+  // else the runtime's (signals/sigmask.cc). Looked at with preempt_off
+  // raised, so that the M, its flags and the mask are one thread's.
   const auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  if (sp >= g->stack.lo && sp < g->stack.hi && ThreadHasGoroutineSignalMask(CurrentM())) {
+  if (sp >= g->stack.lo && sp < g->stack.hi && !ThreadHasHandlersSignalMask(CurrentM())) {
     ParkPreempted(g, /*async=*/false);
   }
   g->preempt_off.fetch_sub(kInRuntime, std::memory_order_relaxed);

@@ -1022,10 +1022,16 @@ inline bool IsMSignalMask(const sigset_t& mask) {
 }
 // IsMSignalMask of the calling thread's mask, now (a system call).
 bool ThreadHasMSignalMask();
-// On m's goroutine: whether the calling thread's mask is the one that
-// goroutine runs with outside signal handlers of the program's - the one it
-// set itself (M::own_sigmask_bits), or else the runtime's (a system call).
-bool ThreadHasGoroutineSignalMask(const M* m);
+// Whether `mask` (kernel form) is a signal handler's of the program's on a
+// goroutine whose own mask, outside handlers, is `own`: it blocks all that
+// `own` does and more (at least the handler's signal). A handler installed
+// with SA_NODEFER and an empty sa_mask, or one that unblocks its signal,
+// cannot be told this way.
+inline bool IsHandlersMask(uint64_t mask, uint64_t own) { return mask != own && (mask & own) == own; }
+// On m's goroutine: IsHandlersMask of the calling thread's mask, now, and
+// the goroutine's own - the one it set itself (M::own_sigmask_bits), or
+// else the runtime's (a system call; true if it fails).
+bool ThreadHasHandlersSignalMask(const M* m);
 
 // M::signal_state: a generation, bumped by each signal begun, times four,
 // plus the state.

@@ -97,12 +97,14 @@ __attribute__((constructor(101))) void ResolveMaskFunctions() {
 // and its end could switch goroutines (as in dl_iterate_phdr's wrapper). A
 // request that arrives meanwhile waits for the next safe point or signal.
 //
-// `before` is the mask the change replaced. If it is the one the goroutine
-// runs with outside signal handlers (the runtime's, or one it set itself),
-// the change is made outside them, and the new mask becomes the goroutine's
-// own. Otherwise the change is made inside a handler of the program's,
-// whose return puts `before`'s predecessor back: the goroutine's own mask
-// stays what it was, and the thread's is restored when it leaves.
+// `before` is the mask the change replaced. If it blocks all that the
+// goroutine's own mask (the one it set itself outside signal handlers, or
+// else the runtime's) does and more, the change is made inside a handler of
+// the program's, which blocks at least its own signal too, and whose return
+// puts the mask back: the goroutine's own stays what it was, and the
+// thread's is restored when it leaves. Otherwise it is made outside any
+// handler (or after a change the wrappers did not see: siglongjmp,
+// setcontext), and the new mask becomes the goroutine's own.
 void NoteMaskChange(const sigset_t& before) {
   G* g = CurrentGoroutine();
   if (g == nullptr) return;  // a plain thread, or the runtime on g0
@@ -113,15 +115,15 @@ void NoteMaskChange(const sigset_t& before) {
   uint64_t before_bits;
   memcpy(&before_bits, &before, sizeof before_bits);
   const uint64_t own = m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits;
-  if (before_bits == own) {
+  if (IsHandlersMask(before_bits, own)) {
+    m->own_sigmask_bits = own;
+    m->sigmask_changed = true;
+  } else {
     sigset_t now;
     if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &now) == 0) {
       memcpy(&m->own_sigmask_bits, &now, sizeof m->own_sigmask_bits);
       m->sigmask_changed = m->own_sigmask_bits != m_sigmask_bits;
     }
-  } else {
-    m->own_sigmask_bits = own;
-    m->sigmask_changed = true;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
@@ -136,12 +138,12 @@ bool ThreadHasMSignalMask() {
   return RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) == 0 && IsMSignalMask(cur);
 }
 
-bool ThreadHasGoroutineSignalMask(const M* m) {
+bool ThreadHasHandlersSignalMask(const M* m) {
   sigset_t cur;
-  if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return false;
+  if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return true;
   uint64_t bits;
   memcpy(&bits, &cur, sizeof bits);
-  return bits == (m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits);
+  return IsHandlersMask(bits, m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits);
 }
 
 void RestoreMSignalMask(M* m) {
@@ -160,6 +162,7 @@ void CheckMSignalMask(M* m) {
 // Each passes libc its own `old`, for NoteMaskChange, and copies it out.
 extern "C" int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
   sigset_t before;
+  sigemptyset(&before);  // the kernel writes only its 64 bits
   int r = goro::internal::RealPthreadSigmask()(how, set, &before);
   if (r != 0) return r;
   if (old != nullptr) *old = before;
@@ -169,6 +172,7 @@ extern "C" int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
 
 extern "C" int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
   sigset_t before;
+  sigemptyset(&before);  // the kernel writes only its 64 bits
   int r = goro::internal::RealSigprocmask()(how, set, &before);
   if (r != 0) return r;
   if (old != nullptr) *old = before;

@@ -988,6 +988,38 @@ TEST(RobustTest, NoPreemptionAtASafePointInAHandlerWhateverTheGoroutinesMask) {
   }
 }
 
+// A mask the wrappers did not see change (the system call itself, or
+// siglongjmp restoring a saved one) is taken for no handler's unless it
+// blocks more than the goroutine's own: a goroutine that blocked SIGUSR2
+// and then unblocked it behind the wrappers' back still yields at a safe
+// point. Fails if only the exact recorded mask counts as the goroutine's
+// (it would never yield there again until it left the thread).
+[[noreturn]] void MaskChangedBehindTheWrappersChild() {
+  goro_test::Watchdog dog(absl::Seconds(20), "a safe point after a mask change the wrappers did not see");
+  static uint64_t yielded = 0;
+  goro::Options opts = goro_test::TestOptions();
+  opts.max_procs = 1;
+  goro::Run(
+      [] {
+        sigset_t usr2;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+        syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &usr2, nullptr, _NSIG / 8);
+        const uint64_t before = goro::CurrentGoroutinePreemptions();
+        handler_safe_point::AskToYield();
+        goro::Checkpoint();
+        yielded = goro::CurrentGoroutinePreemptions() - before;
+      },
+      opts);
+  CHILD_CHECK(yielded == 1, "the goroutine yielded %llu times at a safe point, not once", goro_test::U(yielded));
+  _exit(goro_test::child_failures.load() == 0 ? 0 : 1);
+}
+
+TEST(RobustTest, AMaskChangedBehindTheWrappersIsNoHandlers) {
+  EXPECT_EXIT(MaskChangedBehindTheWrappersChild(), ::testing::ExitedWithCode(0), "");
+}
+
 // A SIGURG of someone else's (queued to the goroutine's own thread, as
 // pthread_sigqueue or the kernel's for out-of-band data would be), delivered
 // while sysmon has begun a preemption signal but not yet sent it, is not
