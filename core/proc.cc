@@ -2456,9 +2456,17 @@ void Checkpoint() {
     if (g->preempt_off.load(std::memory_order_relaxed) == 0) internal::PreemptCooperative();
     return;
   }
-  // An overflow only on the goroutine's own stack or in its guard: a signal
-  // handler may call this on an alternate signal stack, anywhere in memory.
-  if (sp >= g->stack.lo - internal::kStackGuardSize && sp < g->stack.hi) internal::FatalG("stack overflow");
+  // An overflow if the stack pointer is on the goroutine's stack, in its
+  // guard or in the stack below it (a frame larger than the guard jumps over
+  // it: docs/robustness.md), unless a signal handler calls this on an
+  // alternate signal stack, which may lie there too. Further down it is on a
+  // stack of the program's own (a ucontext coroutine's, an alternate signal
+  // stack): a plain safe point.
+  const uintptr_t below = sp < g->stack.lo ? g->stack.lo - sp : 0;
+  if (below > internal::kStackGuardSize + (g->stack.hi - g->stack.lo)) return;
+  stack_t on;
+  if (sigaltstack(nullptr, &on) == 0 && (on.ss_flags & SS_ONSTACK) != 0) return;
+  internal::FatalG("stack overflow");
 }
 
 void LockOSThread() {
