@@ -34,6 +34,11 @@ namespace {
 // (AwaitFatalReportAtExit).
 std::atomic<pid_t> fatal_tid{0};
 
+// Whether thread `tid` belongs to this process: not so in a child forked
+// while another thread of its parent was reporting, which inherits
+// fatal_tid but not the thread.
+bool ThreadOfThisProcess(pid_t tid) { return ::syscall(SYS_tgkill, getpid(), tid, 0) == 0; }
+
 // How long a thread waits for another's report to end in its abort: the
 // report may itself hang (a lock held by the thread that failed).
 constexpr time_t kReportWaitSeconds = 5;
@@ -63,7 +68,10 @@ enum class Trace { kCaller, kSignal, kAll };
   // sees the claim, and waits for this report.
   pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
   pid_t first = 0;
-  const bool reporter = fatal_tid.compare_exchange_strong(first, self);
+  bool reporter = fatal_tid.compare_exchange_strong(first, self);
+  if (!reporter && first != self && !ThreadOfThisProcess(first)) {
+    reporter = fatal_tid.compare_exchange_strong(first, self);
+  }
   ssize_t want = static_cast<ssize_t>(iov[0].iov_len + a.size() + b.size() + 1);
   if (::writev(STDERR_FILENO, iov, 4) != want) {  // short or failed: try piecewise
     WriteStderr(absl::string_view(kPrefix, sizeof kPrefix - 1));
@@ -98,7 +106,9 @@ __attribute__((constructor(101))) void RegisterFatalReportWaitAtExit() {
 
 void AwaitFatalReportAtExit() {
   pid_t reporter = fatal_tid.load(std::memory_order_acquire);
-  if (reporter == 0 || reporter == static_cast<pid_t>(::syscall(SYS_gettid))) return;
+  if (reporter == 0 || reporter == static_cast<pid_t>(::syscall(SYS_gettid)) || !ThreadOfThisProcess(reporter)) {
+    return;
+  }
   WaitForOtherReport();
   signal(SIGABRT, SIG_DFL);
   std::abort();
