@@ -2864,6 +2864,10 @@ TEST(IoChildTest, TheProgramsOwnSocketOnFdZeroIsPolled) {
 }
 
 TEST(IoChildTest, ANewFileOnTheNumberOfAClosedBlockedStdinHasItsOwnTurns) {
+  if (goro_test::kTsanBuild) {
+    GTEST_SKIP() << "ThreadSanitizer build: TSan reports the close(2) of a file that another thread is reading as "
+                    "a race, which is what this test does on purpose (io.h: io::Close cannot wake that reader)";
+  }
   EXPECT_EXIT(ClosedStdinsTurnChild(), ::testing::ExitedWithCode(0), "");
 }
 
