@@ -1011,15 +1011,17 @@ extern std::atomic<void (*)(M*)> sigmask_note_hook;
 // On m's g0: gives the thread the M's alternate signal stack back, after a
 // goroutine that set another left (signals/altstack.cc).
 void RestoreMAltStack(M* m);
-// Whether `mask` is the one every M runs with. A thread whose mask differs
-// runs inside a signal handler of the program's (which blocks at least its
-// own signal), or changed its mask itself. The kernel's mask is 64 bits on
-// x86-64 (the rest of glibc's sigset_t is padding).
-inline bool IsMSignalMask(const sigset_t& mask) {
+// The kernel's form of `mask`: 64 bits on x86-64 (the rest of glibc's
+// sigset_t is padding).
+inline uint64_t MaskBits(const sigset_t& mask) {
   uint64_t bits;
   memcpy(&bits, &mask, sizeof bits);
-  return bits == m_sigmask_bits;
+  return bits;
 }
+// Whether `mask` is the one every M runs with. A thread whose mask differs
+// runs inside a signal handler of the program's (which blocks at least its
+// own signal), or changed its mask itself.
+inline bool IsMSignalMask(const sigset_t& mask) { return MaskBits(mask) == m_sigmask_bits; }
 // IsMSignalMask of the calling thread's mask, now (a system call).
 bool ThreadHasMSignalMask();
 // Whether `mask` (kernel form) is a signal handler's of the program's on a

@@ -82,6 +82,10 @@ __attribute__((constructor(101))) void ResolveMaskFunctions() {
   RealSigprocmask();
 }
 
+// The mask the goroutine on m runs with outside signal handlers, in kernel
+// form: the one it set itself, or else the runtime's.
+uint64_t OwnSigmaskBits(const M* m) { return m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits; }
+
 // After a successful change by the program on a goroutine: whether the
 // thread's mask is now another than the runtime's.
 //
@@ -112,21 +116,31 @@ void NoteMaskChange(const sigset_t& before) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   M* m = CurrentM();
   if (auto hook = sigmask_note_hook.load(std::memory_order_relaxed)) hook(m);
-  uint64_t before_bits;
-  memcpy(&before_bits, &before, sizeof before_bits);
-  const uint64_t own = m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits;
-  if (IsHandlersMask(before_bits, own)) {
+  const uint64_t own = OwnSigmaskBits(m);
+  if (IsHandlersMask(MaskBits(before), own)) {
     m->own_sigmask_bits = own;
     m->sigmask_changed = true;
   } else {
     sigset_t now;
     if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &now) == 0) {
-      memcpy(&m->own_sigmask_bits, &now, sizeof m->own_sigmask_bits);
+      m->own_sigmask_bits = MaskBits(now);
       m->sigmask_changed = m->own_sigmask_bits != m_sigmask_bits;
     }
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   g->preempt_off.store(g->preempt_off.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
+
+// pthread_sigmask and sigprocmask, through libc's `real` one: it is given
+// a set of the wrapper's as `old`, for NoteMaskChange, copied out after.
+int ChangeMask(MaskFn real, int how, const sigset_t* set, sigset_t* old) {
+  sigset_t before;
+  sigemptyset(&before);  // the kernel writes only its 64 bits
+  int r = real(how, set, &before);
+  if (r != 0) return r;
+  if (old != nullptr) *old = before;
+  if (set != nullptr) NoteMaskChange(before);
+  return 0;
 }
 
 }  // namespace
@@ -141,9 +155,7 @@ bool ThreadHasMSignalMask() {
 bool ThreadHasHandlersSignalMask(const M* m) {
   sigset_t cur;
   if (RealPthreadSigmask()(SIG_BLOCK, nullptr, &cur) != 0) return true;
-  uint64_t bits;
-  memcpy(&bits, &cur, sizeof bits);
-  return IsHandlersMask(bits, m->sigmask_changed ? m->own_sigmask_bits : m_sigmask_bits);
+  return IsHandlersMask(MaskBits(cur), OwnSigmaskBits(m));
 }
 
 void RestoreMSignalMask(M* m) {
@@ -159,25 +171,12 @@ void CheckMSignalMask(M* m) {
 
 }  // namespace goro::internal
 
-// Each passes libc its own `old`, for NoteMaskChange, and copies it out.
 extern "C" int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
-  sigset_t before;
-  sigemptyset(&before);  // the kernel writes only its 64 bits
-  int r = goro::internal::RealPthreadSigmask()(how, set, &before);
-  if (r != 0) return r;
-  if (old != nullptr) *old = before;
-  if (set != nullptr) goro::internal::NoteMaskChange(before);
-  return 0;
+  return goro::internal::ChangeMask(goro::internal::RealPthreadSigmask(), how, set, old);
 }
 
 extern "C" int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
-  sigset_t before;
-  sigemptyset(&before);  // the kernel writes only its 64 bits
-  int r = goro::internal::RealSigprocmask()(how, set, &before);
-  if (r != 0) return r;
-  if (old != nullptr) *old = before;
-  if (set != nullptr) goro::internal::NoteMaskChange(before);
-  return 0;
+  return goro::internal::ChangeMask(goro::internal::RealSigprocmask(), how, set, old);
 }
 
 // The legacy calls, as glibc does them, but through sigprocmask (above).
